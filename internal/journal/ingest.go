@@ -1,0 +1,256 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/message"
+)
+
+// Statuses of a journal entry.
+const (
+	StatusReceived  = "RECEIVED"
+	StatusProcessed = "PROCESSED"
+	StatusFailed    = "FAILED"
+	StatusDead      = "DEAD"
+	StatusRejected  = "REJECTED"
+)
+
+// DB is what the journal needs of a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Entry is one valid event to ingest.
+type Entry struct {
+	Event       message.Event
+	Destination string
+}
+
+// Bad is one message to quarantine.
+type Bad struct {
+	Reason      message.Reason
+	Detail      string
+	Destination string
+	MessageID   string
+	Headers     map[string]string
+	Body        []byte
+	EventID     string // for id_conflict, the journal entry that kept the first payload
+}
+
+// Batch is what one ingest transaction writes.
+type Batch struct {
+	Entries []Entry
+	Bad     []Bad
+}
+
+// Result counts what a batch did.
+type Result struct {
+	Inserted    int // new journal rows
+	Duplicates  int // entries whose id was already journaled with the same payload
+	Conflicts   int // entries whose id was already journaled with a different payload
+	Quarantined int // new quarantine rows (bad messages and conflicts)
+}
+
+// ingestSQL writes a whole batch in one statement, hence one implicit transaction and
+// one round trip: new journal rows, quarantined messages, and id conflicts (an id already
+// journaled with another payload). The journal keeps the first payload; the conflict goes
+// to quarantine. A conflict is found by comparing with rows that existed before the
+// statement; a row this statement inserts has the same payload, so it never looks like one
+// whatever snapshot the database gives the CTEs. The quarantine table is written by one
+// INSERT only, as CockroachDB refuses two mutations of a table in one statement.
+const ingestSQL = `
+WITH input AS (
+	SELECT t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[])
+	     WITH ORDINALITY AS t(raw, event_type, aggregate_id, tag, conflict_id, ord)
+),
+existing AS (
+	SELECT j.id, j.payload FROM journal AS j
+	WHERE j.id = ANY (SELECT (payload->>'id')::UUID FROM input)
+),
+ins AS (
+	INSERT INTO journal (payload, event_type, aggregate_id, tag)
+	SELECT payload, event_type, aggregate_id, tag FROM input ORDER BY ord
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+),
+bad AS (
+	SELECT b.id::UUID AS id, b.reason, b.detail, b.destination, b.message_id, b.headers::JSONB AS headers,
+	       b.body, NULLIF(b.event_id, '')::UUID AS event_id, false AS found_here
+	FROM unnest($5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[], $12::TEXT[])
+	     AS b(id, reason, detail, destination, message_id, headers, body, event_id)
+	UNION ALL
+	SELECT i.id, i.reason, i.detail, i.destination, '', '{}'::JSONB, i.body, i.event_id, true
+	FROM (
+		SELECT input.conflict_id AS id, 'id_conflict' AS reason,
+		       'id already journaled with a different payload; the journal keeps the first' AS detail,
+		       input.tag AS destination, convert_to(input.raw, 'UTF8') AS body, e.id AS event_id
+		FROM input JOIN existing AS e ON e.id = (input.payload->>'id')::UUID
+		WHERE e.payload <> input.payload
+	) AS i
+),
+q AS (
+	INSERT INTO quarantine (id, reason, detail, destination, message_id, headers, body, event_id)
+	SELECT id, reason, detail, destination, message_id, headers, body, event_id FROM bad
+	ON CONFLICT (id) DO NOTHING
+	RETURNING reason
+)
+SELECT (SELECT count(*) FROM ins),
+       (SELECT count(*) FROM bad WHERE found_here),
+       (SELECT count(*) FROM q)`
+
+// Ingest writes a batch atomically. When it returns nil every entry is either in the
+// journal or in quarantine, durably; when it returns an error nothing was written and
+// nothing may be acknowledged.
+//
+// A row the database itself refuses (a JSONB it will not store) would fail the whole
+// statement; Ingest then finds the offending entries one by one and quarantines them, so
+// one poison message never blocks a batch.
+func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
+	if len(b.Entries) == 0 && len(b.Bad) == 0 {
+		return Result{}, nil
+	}
+	entries, bad, dups, conflicts := dedupe(b.Entries, b.Bad)
+	res, err := ingest(ctx, db, entries, bad)
+	if err != nil && isDataError(err) && len(entries) > 0 {
+		entries, bad, err = isolatePoison(ctx, db, entries, bad)
+		if err == nil {
+			res, err = ingest(ctx, db, entries, bad)
+		}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.Duplicates += dups
+	res.Conflicts += conflicts
+	return res, nil
+}
+
+func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, error) {
+	payloads := make([]string, len(entries))
+	types := make([]string, len(entries))
+	aggs := make([]string, len(entries))
+	tags := make([]string, len(entries))
+	conflictIDs := make([]string, len(entries))
+	for i, e := range entries {
+		conflictIDs[i] = message.QuarantineID(message.ReasonIDConflict, e.Destination, e.Event.Payload)
+		payloads[i] = string(e.Event.Payload)
+		types[i] = e.Event.EventType
+		aggs[i] = e.Event.AggregateID
+		tags[i] = e.Destination
+	}
+	ids := make([]string, len(bad))
+	reasons := make([]string, len(bad))
+	details := make([]string, len(bad))
+	dests := make([]string, len(bad))
+	msgIDs := make([]string, len(bad))
+	headers := make([]string, len(bad))
+	bodies := make([][]byte, len(bad))
+	eventIDs := make([]string, len(bad))
+	for i, q := range bad {
+		ids[i] = message.QuarantineID(q.Reason, q.Destination, q.Body)
+		reasons[i] = string(q.Reason)
+		details[i] = q.Detail
+		dests[i] = q.Destination
+		msgIDs[i] = q.MessageID
+		h, err := json.Marshal(q.Headers)
+		if err != nil || q.Headers == nil {
+			h = []byte("{}")
+		}
+		headers[i] = string(h)
+		bodies[i] = q.Body
+		eventIDs[i] = q.EventID
+	}
+	var res Result
+	var inserted, conflicts, quarantined int64
+	err := db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
+		ids, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs).Scan(&inserted, &conflicts, &quarantined)
+	if err != nil {
+		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
+	}
+	res.Inserted = int(inserted)
+	res.Conflicts = int(conflicts)
+	res.Duplicates = len(entries) - res.Inserted - res.Conflicts
+	res.Quarantined = int(quarantined)
+	return res, nil
+}
+
+// dedupe collapses repeated ids inside one batch before they reach the database: the
+// same payload again is a duplicate, another payload is a conflict to quarantine.
+func dedupe(entries []Entry, bad []Bad) (_ []Entry, _ []Bad, dups, conflicts int) {
+	seen := make(map[string]int, len(entries))
+	out := entries[:0:0]
+	for _, e := range entries {
+		first, ok := seen[e.Event.ID]
+		if !ok {
+			seen[e.Event.ID] = len(out)
+			out = append(out, e)
+			continue
+		}
+		if jsonEqual(out[first].Event.Payload, e.Event.Payload) {
+			dups++
+			continue
+		}
+		conflicts++
+		bad = append(bad, Bad{
+			Reason:      message.ReasonIDConflict,
+			Detail:      "id repeated in one batch with a different payload; the journal keeps the first",
+			Destination: e.Destination,
+			Body:        e.Event.Payload,
+			EventID:     e.Event.ID,
+		})
+	}
+	return out, bad, dups, conflicts
+}
+
+func jsonEqual(a, b []byte) bool {
+	if string(a) == string(b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ax, _ := json.Marshal(x)
+	by, _ := json.Marshal(y)
+	return string(ax) == string(by)
+}
+
+// isolatePoison casts each payload on its own and moves the ones the database refuses
+// to quarantine. It is the slow path, taken only after a batch failed on bad data.
+func isolatePoison(ctx context.Context, db DB, entries []Entry, bad []Bad) ([]Entry, []Bad, error) {
+	kept := entries[:0:0]
+	for _, e := range entries {
+		var ok bool
+		err := db.QueryRow(ctx, `SELECT ($1::TEXT::JSONB->>'id')::UUID IS NOT NULL`, string(e.Event.Payload)).Scan(&ok)
+		switch {
+		case err == nil:
+			kept = append(kept, e)
+		case isDataError(err):
+			bad = append(bad, Bad{
+				Reason:      message.ReasonNotJSON,
+				Detail:      "database refused the payload: " + err.Error(),
+				Destination: e.Destination,
+				Body:        e.Event.Payload,
+			})
+		default:
+			return nil, nil, fmt.Errorf("checking payload of event %s: %w", e.Event.ID, err)
+		}
+	}
+	return kept, bad, nil
+}
+
+// isDataError reports SQLSTATE class 22 (data exception), the class of a payload the
+// database will not store, as opposed to the database being unavailable.
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "22"
+}

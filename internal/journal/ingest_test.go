@@ -1,0 +1,110 @@
+package journal_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func entry(t *testing.T, body string) journal.Entry {
+	t.Helper()
+	ev, err := message.Decode([]byte(body), func(string) string { return "" }, message.Options{DefaultEventType: "registration"})
+	if err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	return journal.Entry{Event: ev, Destination: "/queue/test"}
+}
+
+func count(t *testing.T, db journal.DB, sql string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func TestIngest(t *testing.T) {
+	const idA = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"
+	const idB = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a02"
+	a := fmt.Sprintf(`{"id":%q,"name":"a"}`, idA)
+	aSpaced := fmt.Sprintf(`{ "name": "a", "id": %q }`, idA)
+	aOther := fmt.Sprintf(`{"id":%q,"name":"other"}`, idA)
+	b := fmt.Sprintf(`{"id":%q,"name":"b"}`, idB)
+
+	tests := []struct {
+		name          string
+		batches       [][]string
+		want          journal.Result // of the last batch
+		journal, quar int
+	}{
+		{"new rows", [][]string{{a, b}}, journal.Result{Inserted: 2}, 2, 0},
+		{"duplicate in batch", [][]string{{a, a, aSpaced}}, journal.Result{Inserted: 1, Duplicates: 2}, 1, 0},
+		{"redelivered batch", [][]string{{a, b}, {a, b}}, journal.Result{Duplicates: 2}, 2, 0},
+		{"conflict across batches", [][]string{{a}, {aOther}}, journal.Result{Conflicts: 1, Quarantined: 1}, 1, 1},
+		{"conflict redelivered is recorded once", [][]string{{a}, {aOther}, {aOther}}, journal.Result{Conflicts: 1}, 1, 1},
+		{"conflict in batch", [][]string{{a, aOther}}, journal.Result{Inserted: 1, Conflicts: 1, Quarantined: 1}, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := testenv.NewDB(t)
+			var got journal.Result
+			for _, batch := range tt.batches {
+				var bt journal.Batch
+				for _, body := range batch {
+					bt.Entries = append(bt.Entries, entry(t, body))
+				}
+				var err error
+				got, err = journal.Ingest(context.Background(), db.Pool, bt)
+				if err != nil {
+					t.Fatalf("ingest: %v", err)
+				}
+			}
+			if got != tt.want {
+				t.Errorf("result = %+v, want %+v", got, tt.want)
+			}
+			if n := count(t, db.Pool, "SELECT count(*) FROM journal"); n != tt.journal {
+				t.Errorf("journal rows = %d, want %d", n, tt.journal)
+			}
+			if n := count(t, db.Pool, "SELECT count(*) FROM quarantine"); n != tt.quar {
+				t.Errorf("quarantine rows = %d, want %d", n, tt.quar)
+			}
+		})
+	}
+}
+
+func TestIngestQuarantinesBadMessagesOnce(t *testing.T) {
+	db := testenv.NewDB(t)
+	bad := journal.Bad{Reason: message.ReasonNotJSON, Detail: "x", Destination: "/queue/q", MessageID: "m1",
+		Headers: map[string]string{"k": "v"}, Body: []byte{0xff, 0x00, 'x'}}
+	for i := 0; i < 2; i++ {
+		if _, err := journal.Ingest(context.Background(), db.Pool, journal.Batch{Bad: []journal.Bad{bad}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var body []byte
+	if err := db.Pool.QueryRow(context.Background(), "SELECT body FROM quarantine").Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != string(bad.Body) {
+		t.Errorf("body = %q, want raw bytes %q", body, bad.Body)
+	}
+}
+
+func TestIngestIsolatesPayloadTheDatabaseRefuses(t *testing.T) {
+	db := testenv.NewDB(t)
+	good := entry(t, `{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a03"}`)
+	// Go's JSON decoder accepts a lone surrogate escape; PostgreSQL's jsonb does not.
+	poison := entry(t, `{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a04","s":"\ud800"}`)
+	res, err := journal.Ingest(context.Background(), db.Pool, journal.Batch{Entries: []journal.Entry{good, poison}})
+	if err != nil {
+		t.Fatalf("ingest: %v", err)
+	}
+	if res.Inserted != 1 || res.Quarantined != 1 {
+		t.Errorf("result = %+v, want 1 inserted and 1 quarantined", res)
+	}
+}

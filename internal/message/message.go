@@ -1,0 +1,196 @@
+// Package message decodes inbound broker messages into journal events, or says
+// precisely why a message cannot be one.
+package message
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Reason names why a message was quarantined. The values are stored in quarantine.reason.
+type Reason string
+
+const (
+	ReasonTooLarge   Reason = "too_large"
+	ReasonNotJSON    Reason = "not_json"
+	ReasonNotObject  Reason = "not_object"
+	ReasonMissingID  Reason = "missing_id"
+	ReasonInvalidID  Reason = "invalid_id"
+	ReasonIDConflict Reason = "id_conflict"
+)
+
+// DefaultMaxBodyBytes bounds a message body; larger ones are quarantined, not parsed.
+const DefaultMaxBodyBytes = 256 << 10
+
+// Header names inboxd reads from (and the API writes to) STOMP frames.
+const (
+	HeaderEventType   = "event-type"
+	HeaderAggregateID = "aggregate-id"
+)
+
+// Invalid is the error for a message that cannot become a journal event.
+type Invalid struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *Invalid) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Detail) }
+
+// Event is a decoded, valid message.
+type Event struct {
+	ID          string // canonical lower-case UUID
+	EventType   string
+	AggregateID string
+	// Payload is the body as received; the journal stores it as JSONB.
+	Payload []byte
+}
+
+// Options controls decoding.
+type Options struct {
+	MaxBodyBytes     int    // 0 means DefaultMaxBodyBytes
+	DefaultEventType string // used when neither header nor payload names a type
+}
+
+// Decode turns a message body and its headers into an Event. The error is always an
+// *Invalid whose Reason says where the message must go.
+//
+// The event type comes from the event-type header, else the payload's "type", else
+// opts.DefaultEventType. The aggregate id comes from the payload's "aggregateId", else
+// the aggregate-id header, else the event id itself.
+func Decode(body []byte, header func(string) string, opts Options) (Event, error) {
+	limit := opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	if len(body) > limit {
+		return Event{}, &Invalid{ReasonTooLarge, fmt.Sprintf("body is %d bytes, limit is %d", len(body), limit)}
+	}
+	// PostgreSQL's jsonb rejects \u0000 and invalid UTF-8, which encoding/json accepts;
+	// catch both here so that one bad message can never fail a whole batch insert.
+	if !utf8.Valid(body) {
+		return Event{}, &Invalid{ReasonNotJSON, "body is not valid UTF-8"}
+	}
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		return Event{}, &Invalid{ReasonNotJSON, `body contains \u0000, which JSONB cannot store`}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return Event{}, &Invalid{ReasonNotObject, "body is JSON but not an object"}
+		}
+		return Event{}, &Invalid{ReasonNotJSON, "body is not JSON: " + err.Error()}
+	}
+	if fields == nil {
+		return Event{}, &Invalid{ReasonNotObject, "body is JSON null, not an object"}
+	}
+	rawID, ok := fields["id"]
+	if !ok {
+		return Event{}, &Invalid{ReasonMissingID, `payload has no "id" field`}
+	}
+	var id string
+	if err := json.Unmarshal(rawID, &id); err != nil {
+		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" must be a UUID string, got %s`, truncate(string(rawID), 64))}
+	}
+	canon, ok := CanonicalUUID(id)
+	if !ok {
+		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" %q is not a UUID`, truncate(id, 64))}
+	}
+	ev := Event{ID: canon, Payload: body}
+	ev.EventType = header(HeaderEventType)
+	if ev.EventType == "" {
+		ev.EventType = stringField(fields, "type")
+	}
+	if ev.EventType == "" {
+		ev.EventType = opts.DefaultEventType
+	}
+	ev.AggregateID = stringField(fields, "aggregateId")
+	if ev.AggregateID == "" {
+		ev.AggregateID = header(HeaderAggregateID)
+	}
+	if ev.AggregateID == "" {
+		ev.AggregateID = canon
+	}
+	return ev, nil
+}
+
+func stringField(fields map[string]json.RawMessage, name string) string {
+	raw, ok := fields[name]
+	if !ok {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// CanonicalUUID accepts the textual UUID forms that both PostgreSQL and CockroachDB cast
+// to UUID the same way (hyphenated, optionally braced, any case) and returns the
+// lower-case hyphenated form. It is deliberately stricter than the databases, so that
+// the journal's computed primary key can never fail to cast inside a batch.
+func CanonicalUUID(s string) (string, bool) {
+	if len(s) == 38 && s[0] == '{' && s[37] == '}' {
+		s = s[1:37]
+	}
+	if len(s) != 36 {
+		return "", false
+	}
+	var b [36]byte
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", false
+			}
+		default:
+			switch {
+			case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+			case c >= 'A' && c <= 'F':
+				c += 'a' - 'A'
+			default:
+				return "", false
+			}
+		}
+		b[i] = c
+	}
+	return string(b[:]), true
+}
+
+// QuarantineID derives the quarantine row id from what makes a bad message unique, so
+// a redelivered bad message is recorded once. It is a UUIDv8 built from SHA-256.
+func QuarantineID(reason Reason, destination string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(reason))
+	h.Write([]byte{0})
+	h.Write([]byte(destination))
+	h.Write([]byte{0})
+	h.Write(body)
+	sum := h.Sum(nil)
+	sum[6] = (sum[6] & 0x0f) | 0x80 // version 8
+	sum[8] = (sum[8] & 0x3f) | 0x80 // RFC 4122 variant
+	const hexdigits = "0123456789abcdef"
+	var out strings.Builder
+	for i, v := range sum[:16] {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out.WriteByte('-')
+		}
+		out.WriteByte(hexdigits[v>>4])
+		out.WriteByte(hexdigits[v&0x0f])
+	}
+	return out.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

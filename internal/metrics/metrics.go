@@ -1,0 +1,71 @@
+// Package metrics defines every Prometheus metric inboxd exports, in one place, so that
+// names and labels stay consistent across ingest, feed, processing and the API.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds inboxd's collectors. Build one with New and share it.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Ingest (STOMP → journal).
+	Received      *prometheus.CounterVec // by destination
+	Duplicates    *prometheus.CounterVec // by destination
+	Quarantined   *prometheus.CounterVec // by reason
+	Committed     *prometheus.CounterVec // journal rows inserted, by destination
+	Acked         *prometheus.CounterVec // by destination
+	BatchSize     prometheus.Histogram
+	CommitSeconds prometheus.Histogram
+	Reconnects    *prometheus.CounterVec // by component (stomp, db)
+
+	// Webhook (changefeed → inboxd).
+	WebhookBatches *prometheus.CounterVec // by outcome (ok, bad_request, unauthorized, error)
+	WebhookRows    *prometheus.CounterVec // by disposition (processed, ignored, deferred, failed)
+	FeedResolved   prometheus.Gauge       // unix seconds of the latest resolved timestamp
+	FeedLagSeconds prometheus.Gauge       // now - latest resolved, set when it is received
+
+	// Processing.
+	Processed      *prometheus.CounterVec // by event_type, outcome (processed, rejected, failed, dead, noop)
+	ProcessSeconds *prometheus.HistogramVec
+	Dead           prometheus.Gauge       // DEAD rows in the journal, refreshed by the sweeper
+	SweeperRuns    prometheus.Counter
+	SweeperPicked  *prometheus.CounterVec // by kind (retry, stranded)
+}
+
+// New registers inboxd's collectors, plus Go runtime and process collectors, in a new registry.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{Registry: r}
+
+	m.Received = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_received_total", Help: "Messages received from the broker."}, []string{"destination"})
+	m.Duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_duplicates_total", Help: "Messages whose id was already journaled with the same payload."}, []string{"destination"})
+	m.Quarantined = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_quarantined_total", Help: "Messages quarantined, by reason."}, []string{"reason"})
+	m.Committed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_committed_total", Help: "New journal rows committed."}, []string{"destination"})
+	m.Acked = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_acked_total", Help: "Messages acknowledged to the broker after commit."}, []string{"destination"})
+	m.BatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "inboxd_ingest_batch_size", Help: "Messages per ingest transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
+	m.CommitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "inboxd_ingest_commit_seconds", Help: "Latency of one ingest transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.Reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_reconnects_total", Help: "Reconnections after a lost broker or database connection."}, []string{"component"})
+
+	m.WebhookBatches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_webhook_batches_total", Help: "Changefeed webhook requests, by outcome."}, []string{"outcome"})
+	m.WebhookRows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_webhook_rows_total", Help: "Changefeed rows received, by disposition."}, []string{"disposition"})
+	m.FeedResolved = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_feed_resolved_timestamp_seconds", Help: "Latest resolved timestamp received from the changefeed."})
+	m.FeedLagSeconds = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_feed_watermark_lag_seconds", Help: "How far the changefeed's resolved timestamp trails the wall clock."})
+
+	m.Processed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_process_outcomes_total", Help: "Processing outcomes by event type."}, []string{"event_type", "outcome"})
+	m.ProcessSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "inboxd_process_seconds", Help: "Latency of one processing transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"event_type"})
+	m.Dead = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_dead_events", Help: "Journal entries in status DEAD."})
+	m.SweeperRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_sweeper_runs_total", Help: "Sweeper passes."})
+	m.SweeperPicked = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_sweeper_picked_total", Help: "Events the sweeper picked up, by kind."}, []string{"kind"})
+
+	for _, c := range []prometheus.Collector{m.Received, m.Duplicates, m.Quarantined, m.Committed, m.Acked, m.BatchSize,
+		m.CommitSeconds, m.Reconnects, m.WebhookBatches, m.WebhookRows, m.FeedResolved, m.FeedLagSeconds,
+		m.Processed, m.ProcessSeconds, m.Dead, m.SweeperRuns, m.SweeperPicked} {
+		f(c)
+	}
+	return m
+}

@@ -1,0 +1,141 @@
+// Package testenv gives integration tests their real services: a fresh, migrated
+// PostgreSQL database per test and the local ActiveMQ broker with a queue of its own.
+//
+// A test that cannot reach a service skips when run by hand, and fails when CI=true:
+// in CI a missing service is a broken pipeline, not a reason to pass.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/schema"
+)
+
+// AdminURL is the database the tests connect to in order to create their own.
+func AdminURL() string {
+	if u := os.Getenv("INBOXD_TEST_ADMIN_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// StompAddr is the broker the tests use.
+func StompAddr() string {
+	if a := os.Getenv("INBOXD_TEST_STOMP_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:61613"
+}
+
+// unavailable fails the test in CI and skips it otherwise.
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("service unavailable in CI: "+format, args...)
+	}
+	t.Skipf("service unavailable (set CI=true to fail instead): "+format, args...)
+}
+
+// Suffix returns a short random string for naming per-test resources.
+func Suffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// DB is a fresh database for one test.
+type DB struct {
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// NewDB creates a database of its own for the test, applies the migrations, and drops
+// it when the test ends.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		unavailable(t, "postgresql at %s: %v", AdminURL(), err)
+	}
+	defer admin.Close(context.Background())
+
+	name := "inboxd_test_" + Suffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, AdminURL())
+		if err != nil {
+			t.Logf("dropping database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("dropping database %s: %v", name, err)
+		}
+	})
+
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		t.Fatalf("parsing admin url: %v", err)
+	}
+	u.Path = "/" + name
+	dbURL := u.String()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", name, err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := schema.Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrating %s: %v", name, err)
+	}
+	return &DB{URL: dbURL, Pool: pool}
+}
+
+// Broker checks that the STOMP broker answers and returns its address.
+func Broker(t testing.TB) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", StompAddr(), 3*time.Second)
+	if err != nil {
+		unavailable(t, "activemq stomp at %s: %v (run scripts/services.sh up)", StompAddr(), err)
+	}
+	conn.Close()
+	return StompAddr()
+}
+
+// Queue returns a queue name no other test uses.
+func Queue(t testing.TB) string {
+	t.Helper()
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return "/queue/inboxd-test." + name + "." + Suffix()
+}
+
+// Eventually polls cond every 20ms until it returns true or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

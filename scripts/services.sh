@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs (when missing) and starts the services inboxd needs: ActiveMQ with STOMP on
+# 127.0.0.1:61613 and PostgreSQL on 127.0.0.1:5432. Idempotent: safe to run twice.
+#
+#   scripts/services.sh [up|down|status]
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+AMQ_BASE=${AMQ_BASE:-/var/lib/inboxd-activemq}
+AMQ_LOG=${AMQ_LOG:-/var/log/inboxd-activemq.log}
+STOMP_PORT=61613
+PG_PORT=5432
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # name port seconds
+  local deadline=$((SECONDS + $3))
+  until port_open "$2"; do
+    if ((SECONDS >= deadline)); then
+      log "$1 did not answer on port $2 within $3 s"
+      return 1
+    fi
+    sleep 0.5
+  done
+  log "$1 is up on 127.0.0.1:$2"
+}
+
+apt_install() {
+  if [[ ! -f /var/lib/apt/periodic/inboxd-updated ]] || ! apt-cache policy "$@" 2>/dev/null | grep -q Candidate; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/inboxd-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+postgres_up() {
+  if port_open "$PG_PORT"; then log "postgresql already up on 127.0.0.1:$PG_PORT"; return; fi
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    log "installing postgresql"
+    apt_install postgresql
+  fi
+  local ver
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  wait_port postgresql "$PG_PORT" 60
+  # Trust auth on loopback is what the default INBOXD_DATABASE_URL expects; a stock install
+  # uses peer/scram, so make the local cluster match when we installed it ourselves.
+  if ! psql -h 127.0.0.1 -U postgres -Atc 'select 1' >/dev/null 2>&1; then
+    local hba
+    hba=$(su postgres -c "psql -Atc 'show hba_file'")
+    sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$hba"
+    su postgres -c "psql -Atc 'select pg_reload_conf()'" >/dev/null
+  fi
+}
+
+activemq_up() {
+  if port_open "$STOMP_PORT"; then log "activemq already up on 127.0.0.1:$STOMP_PORT"; return; fi
+  if ! command -v activemq >/dev/null; then
+    log "installing activemq"
+    apt_install activemq
+  fi
+  mkdir -p "$AMQ_BASE/conf" "$AMQ_BASE/data/kahadb" "$AMQ_BASE/tmp"
+  cp "$here/activemq.xml" "$AMQ_BASE/conf/activemq.xml"
+  cp /etc/activemq/instances-available/main/log4j2.properties "$AMQ_BASE/conf/" 2>/dev/null || true
+  # The broker switches to user activemq; a data dir it cannot write makes it hang without a word.
+  chown -R activemq:activemq "$AMQ_BASE"
+  touch "$AMQ_LOG" && chown activemq:activemq "$AMQ_LOG"
+  log "starting activemq (base $AMQ_BASE, log $AMQ_LOG)"
+  (
+    cd "$AMQ_BASE"
+    export ACTIVEMQ_BASE="$AMQ_BASE" ACTIVEMQ_CONF="$AMQ_BASE/conf" ACTIVEMQ_DATA="$AMQ_BASE/data" \
+      ACTIVEMQ_TMP="$AMQ_BASE/tmp" ACTIVEMQ_OPTS="-Xms512M -Xmx1G -Dorg.apache.activemq.UseDedicatedTaskRunner=false"
+    setsid nohup activemq console "xbean:file:$AMQ_BASE/conf/activemq.xml" >>"$AMQ_LOG" 2>&1 </dev/null &
+  )
+  wait_port activemq "$STOMP_PORT" 120 || { tail -30 "$AMQ_LOG" >&2; return 1; }
+}
+
+activemq_down() {
+  local pids
+  pids=$(pgrep -f "xbean:file:$AMQ_BASE/conf/activemq.xml" || true)
+  [[ -z $pids ]] && { log "activemq not running"; return; }
+  log "stopping activemq ($pids)"
+  kill $pids 2>/dev/null || true
+  local deadline=$((SECONDS + 30))
+  while pgrep -f "xbean:file:$AMQ_BASE/conf/activemq.xml" >/dev/null; do
+    ((SECONDS >= deadline)) && { pkill -9 -f "xbean:file:$AMQ_BASE/conf/activemq.xml" || true; break; }
+    sleep 0.5
+  done
+}
+
+case "${1:-up}" in
+  up) postgres_up; activemq_up ;;
+  down) activemq_down ;;
+  activemq-restart) activemq_down; activemq_up ;;
+  status)
+    port_open "$PG_PORT" && log "postgresql up" || log "postgresql down"
+    port_open "$STOMP_PORT" && log "activemq up" || log "activemq down" ;;
+  *) echo "usage: $0 [up|down|activemq-restart|status]" >&2; exit 2 ;;
+esac
