@@ -30,7 +30,7 @@ type Metrics struct {
 	// Processing.
 	Processed      *prometheus.CounterVec // by event_type, outcome (processed, rejected, failed, dead, noop)
 	ProcessSeconds *prometheus.HistogramVec
-	Dead           prometheus.Gauge       // DEAD rows in the journal, refreshed by the sweeper
+	Dead           prometheus.Gauge // DEAD rows in the journal, refreshed by the sweeper
 	SweeperRuns    prometheus.Counter
 	SweeperPicked  *prometheus.CounterVec // by kind (retry, stranded)
 }

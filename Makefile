@@ -1,0 +1,61 @@
+# inboxd — see README.md. Every target that needs services starts them first.
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+PKGS := ./...
+
+.PHONY: all build test test-short lint fmt services services-down demo verify-ingest bench bench-quick fuzz up down clean
+
+all: lint build test
+
+build:
+	$(GO) build -o bin/inboxd ./cmd/inboxd
+
+services:
+	scripts/services.sh up
+
+services-down:
+	scripts/services.sh down
+
+# The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL.
+test: services
+	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# Unit tests only: integration tests skip when services are unreachable (and CI is unset).
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# Short runs of every fuzz target (a parser of outside input each).
+fuzz:
+	scripts/fuzz.sh 10s
+
+demo: build services
+	scripts/demo.sh
+
+# 20,000 persistent messages, 30% duplicates, 1% malformed: journal must hold exactly the unique valid ids.
+verify-ingest: build services
+	scripts/verify-ingest.sh
+
+bench: build services
+	bin/inboxd bench
+
+bench-quick: build services
+	bin/inboxd bench -quick
+
+# Docker users: the whole stack with a CockroachDB cluster (see docker-compose.yml).
+up:
+	docker compose up -d --build
+
+down:
+	docker compose down
+
+clean:
+	rm -rf bin var

@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/schema"
+)
+
+func init() {
+	commands["migrate"] = command{summary: "create or update the database schema (idempotent)", run: runMigrate}
+}
+
+func runMigrate(ctx context.Context, e *env, args []string) error {
+	cfg, _, err := parseFlags(e, "migrate", "[flags]", args, nil)
+	if err != nil {
+		return err
+	}
+	if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connecting to the database: %w", err)
+	}
+	defer pool.Close()
+	applied, err := schema.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(e.stdout, "schema is up to date")
+	}
+	for _, name := range applied {
+		fmt.Fprintln(e.stdout, "applied", name)
+	}
+	return nil
+}

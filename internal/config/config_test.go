@@ -1,0 +1,67 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parse(t *testing.T, env map[string]string, args ...string) (*Config, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return c, c.Validate()
+}
+
+func TestConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		check   func(*Config) bool
+		wantErr string
+	}{
+		{name: "defaults", check: func(c *Config) bool {
+			return c.DatabaseURL == "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable" &&
+				c.StompAddr == "127.0.0.1:61613" && c.HTTPAddr == ":8090" && c.WebhookAddr == ":8443" &&
+				len(c.Destinations) == 1 && c.Destinations[0] == "/queue/registrations"
+		}},
+		{name: "env fallback", env: map[string]string{"INBOXD_DESTINATION": "/queue/a, /queue/b", "INBOXD_BATCH_LINGER": "5ms"},
+			check: func(c *Config) bool {
+				return len(c.Destinations) == 2 && c.Destinations[1] == "/queue/b" && c.BatchLinger == 5*time.Millisecond
+			}},
+		{name: "flag beats env", env: map[string]string{"INBOXD_STOMP_ADDR": "env:1"}, args: []string{"-stomp-addr", "flag:2"},
+			check: func(c *Config) bool { return c.StompAddr == "flag:2" }},
+		{name: "bad env number", env: map[string]string{"INBOXD_BATCH_SIZE": "lots"}, wantErr: "INBOXD_BATCH_SIZE"},
+		{name: "bad flag duration", args: []string{"-batch-linger", "soon"}, wantErr: "not a duration"},
+		{name: "prefetch below batch", args: []string{"-prefetch", "10", "-batch-size", "100"}, wantErr: "prefetch (10) must exceed batch-size (100)"},
+		{name: "bad ack mode", args: []string{"-ack-mode", "auto"}, wantErr: "ack-mode"},
+		{name: "cert without key", args: []string{"-cert-file", "x.pem"}, wantErr: "go together"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parse(t, tt.env, tt.args...)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to mention %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !tt.check(c) {
+				t.Errorf("config not as expected: %+v", c)
+			}
+		})
+	}
+}

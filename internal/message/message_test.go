@@ -1,0 +1,92 @@
+package message
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func noHeaders(string) string { return "" }
+
+func TestDecode(t *testing.T) {
+	const id = "6F1C1F0E-1C3A-4C55-9A65-8B7E2D1F0A01"
+	tests := []struct {
+		name       string
+		body       string
+		headers    map[string]string
+		wantReason Reason
+		wantType   string
+		wantAgg    string
+	}{
+		{name: "valid", body: `{"id":"` + id + `"}`, wantType: "default", wantAgg: strings.ToLower(id)},
+		{name: "braced id", body: `{"id":"{` + id + `}"}`, wantType: "default", wantAgg: strings.ToLower(id)},
+		{name: "type from payload", body: `{"id":"` + id + `","type":"t1","aggregateId":"a1"}`, wantType: "t1", wantAgg: "a1"},
+		{name: "type from header wins", body: `{"id":"` + id + `","type":"t1"}`, headers: map[string]string{HeaderEventType: "h1", HeaderAggregateID: "ha"}, wantType: "h1", wantAgg: "ha"},
+		{name: "not json", body: `hello`, wantReason: ReasonNotJSON},
+		{name: "truncated json", body: `{"id":`, wantReason: ReasonNotJSON},
+		{name: "empty body", body: ``, wantReason: ReasonNotJSON},
+		{name: "invalid utf8", body: "{\"id\":\"\xff\"}", wantReason: ReasonNotJSON},
+		{name: "nul escape", body: `{"id":"` + id + `","x":"\u0000"}`, wantReason: ReasonNotJSON},
+		{name: "array", body: `[1,2]`, wantReason: ReasonNotObject},
+		{name: "null", body: `null`, wantReason: ReasonNotObject},
+		{name: "missing id", body: `{"name":"x"}`, wantReason: ReasonMissingID},
+		{name: "numeric id", body: `{"id":42}`, wantReason: ReasonInvalidID},
+		{name: "not a uuid", body: `{"id":"abc"}`, wantReason: ReasonInvalidID},
+		{name: "uuid without hyphens", body: `{"id":"6f1c1f0e1c3a4c559a658b7e2d1f0a01"}`, wantReason: ReasonInvalidID},
+		{name: "too large", body: `{"id":"` + id + `","pad":"` + strings.Repeat("x", 300) + `"}`, wantReason: ReasonTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			header := func(k string) string { return tt.headers[k] }
+			ev, err := Decode([]byte(tt.body), header, Options{MaxBodyBytes: 256, DefaultEventType: "default"})
+			if tt.wantReason != "" {
+				var inv *Invalid
+				if !errors.As(err, &inv) || inv.Reason != tt.wantReason {
+					t.Fatalf("err = %v, want reason %s", err, tt.wantReason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if ev.ID != strings.ToLower(id) || ev.EventType != tt.wantType || ev.AggregateID != tt.wantAgg {
+				t.Errorf("got %+v", ev)
+			}
+		})
+	}
+}
+
+func TestQuarantineIDIsStableUUID(t *testing.T) {
+	a := QuarantineID(ReasonNotJSON, "/queue/a", []byte("x"))
+	if a != QuarantineID(ReasonNotJSON, "/queue/a", []byte("x")) {
+		t.Fatal("not deterministic")
+	}
+	if a == QuarantineID(ReasonNotJSON, "/queue/b", []byte("x")) {
+		t.Fatal("destination ignored")
+	}
+	if _, ok := CanonicalUUID(a); !ok {
+		t.Fatalf("%q is not a UUID", a)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"}`, `{"id":1}`, `[]`, `null`, `{"id":"{6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01}","type":"x"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev, err := Decode(body, noHeaders, Options{DefaultEventType: "d"})
+		if err != nil {
+			var inv *Invalid
+			if !errors.As(err, &inv) || inv.Reason == "" {
+				t.Fatalf("error without reason: %v", err)
+			}
+			return
+		}
+		if c, ok := CanonicalUUID(ev.ID); !ok || c != ev.ID {
+			t.Fatalf("accepted id %q is not canonical", ev.ID)
+		}
+		if ev.EventType == "" || ev.AggregateID == "" {
+			t.Fatalf("accepted event lacks type or aggregate: %+v", ev)
+		}
+	})
+}
