@@ -1,0 +1,339 @@
+// Package certs gives the webhook server its TLS configuration.
+//
+// Either the operator supplies a certificate and key (CertFile, KeyFile), or the package
+// keeps a private CA and a server certificate in a directory: generated on first start,
+// reused afterwards, the server certificate re-issued when it nears expiry or no longer
+// covers the configured hosts. The CA is kept as long as it is valid, so a changefeed
+// created with its base64 PEM (ca_cert=…) keeps trusting re-issued server certificates.
+//
+// Files in Dir: ca.pem, ca-key.pem (0600), server.pem, server-key.pem (0600), and ca.b64,
+// the one-line base64 of ca.pem that CockroachDB's ca_cert sink parameter takes.
+package certs
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// File names inside Config.Dir.
+const (
+	CAFile        = "ca.pem"
+	CAKeyFile     = "ca-key.pem"
+	ServerFile    = "server.pem"
+	ServerKeyFile = "server-key.pem"
+	CABase64File  = "ca.b64"
+)
+
+// Config says where the certificates come from.
+type Config struct {
+	// CertFile and KeyFile, when both set, are used as they are (nothing is generated).
+	CertFile, KeyFile string
+	// CAFile, with CertFile/KeyFile, is the CA to hand to CockroachDB; optional.
+	CAFile string
+	// Dir keeps the generated CA and server certificate. Required unless CertFile is set.
+	Dir string
+	// Hosts are the server certificate's SANs (DNS names or IPs); default DefaultHosts().
+	Hosts []string
+	// ServerValidity defaults to 397 days, CAValidity to 10 years.
+	ServerValidity, CAValidity time.Duration
+	// RenewBefore re-issues a certificate this long before it expires; default 30 days.
+	RenewBefore time.Duration
+	// Now is the clock, for tests; default time.Now.
+	Now func() time.Time
+}
+
+// Bundle is the result of Load.
+type Bundle struct {
+	// TLSConfig serves the webhook (TLS 1.2+).
+	TLSConfig *tls.Config
+	// Leaf is the server certificate.
+	Leaf *x509.Certificate
+	// CAPEM is the CA certificate in PEM (nil when an operator certificate came without CAFile).
+	CAPEM []byte
+	// CABase64 is base64(CAPEM): the value of the ca_cert sink parameter.
+	CABase64 string
+	// Generated reports which files this call (re)wrote: "ca", "server".
+	Generated []string
+}
+
+// DefaultHosts are localhost, 127.0.0.1, ::1 and the machine's host name (in Docker,
+// the service's "hostname:").
+func DefaultHosts() []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil && h != "" && !slices.Contains(hosts, h) {
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// Load returns the webhook's TLS material as Config describes.
+func Load(cfg Config) (*Bundle, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ServerValidity == 0 {
+		cfg.ServerValidity = 397 * 24 * time.Hour
+	}
+	if cfg.CAValidity == 0 {
+		cfg.CAValidity = 10 * 365 * 24 * time.Hour
+	}
+	if cfg.RenewBefore == 0 {
+		cfg.RenewBefore = 30 * 24 * time.Hour
+	}
+	if len(cfg.Hosts) == 0 {
+		cfg.Hosts = DefaultHosts()
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		return loadGiven(cfg)
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("certs: either a certificate and key or a directory is required")
+	}
+	return loadOrGenerate(cfg)
+}
+
+func loadGiven(cfg Config) (*Bundle, error) {
+	if cfg.CertFile == "" || cfg.KeyFile == "" {
+		return nil, errors.New("certs: certificate and key files go together")
+	}
+	pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading certificate %s: %w", cfg.CertFile, err)
+	}
+	b := &Bundle{TLSConfig: serverConfig(pair), Leaf: pair.Leaf}
+	if cfg.CAFile != "" {
+		ca, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading CA %s: %w", cfg.CAFile, err)
+		}
+		if _, err := parseCert(ca); err != nil {
+			return nil, fmt.Errorf("CA %s: %w", cfg.CAFile, err)
+		}
+		b.CAPEM, b.CABase64 = ca, base64.StdEncoding.EncodeToString(ca)
+	}
+	return b, nil
+}
+
+func loadOrGenerate(cfg Config) (*Bundle, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating certificate directory: %w", err)
+	}
+	now := cfg.Now()
+	b := &Bundle{}
+
+	ca, caKey, caPEM, err := readPair(cfg.Dir, CAFile, CAKeyFile)
+	if err != nil || !fresh(ca, now, cfg.RenewBefore) || !ca.IsCA {
+		ca, caKey, caPEM, err = newCA(cfg, now)
+		if err != nil {
+			return nil, err
+		}
+		b.Generated = append(b.Generated, "ca")
+	}
+
+	leaf, leafKey, leafPEM, err := readPair(cfg.Dir, ServerFile, ServerKeyFile)
+	if err != nil || len(b.Generated) > 0 || !fresh(leaf, now, cfg.RenewBefore) ||
+		!covers(leaf, cfg.Hosts) || leaf.CheckSignatureFrom(ca) != nil {
+		leaf, leafKey, leafPEM, err = newServer(cfg, now, ca, caKey)
+		if err != nil {
+			return nil, err
+		}
+		b.Generated = append(b.Generated, "server")
+	}
+
+	b.CAPEM = caPEM
+	b.CABase64 = base64.StdEncoding.EncodeToString(caPEM)
+	// ca.b64 is rewritten when missing or stale, so it always matches ca.pem.
+	if cur, err := os.ReadFile(filepath.Join(cfg.Dir, CABase64File)); err != nil || string(bytes.TrimSpace(cur)) != b.CABase64 {
+		if err := writeFile(cfg.Dir, CABase64File, []byte(b.CABase64+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	keyDER, err := x509.MarshalECPrivateKey(leafKey)
+	if err != nil {
+		return nil, fmt.Errorf("encoding server key: %w", err)
+	}
+	pair, err := tls.X509KeyPair(leafPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		return nil, fmt.Errorf("assembling server certificate: %w", err)
+	}
+	b.TLSConfig, b.Leaf = serverConfig(pair), leaf
+	return b, nil
+}
+
+func serverConfig(pair tls.Certificate) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+}
+
+// fresh reports whether c is valid now and for at least renewBefore more.
+func fresh(c *x509.Certificate, now time.Time, renewBefore time.Duration) bool {
+	return c != nil && !now.Before(c.NotBefore) && now.Add(renewBefore).Before(c.NotAfter)
+}
+
+// covers reports whether every host is in c's SANs.
+func covers(c *x509.Certificate, hosts []string) bool {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
+				return false
+			}
+		} else if !slices.Contains(c.DNSNames, strings.ToLower(h)) {
+			return false
+		}
+	}
+	return true
+}
+
+func newCA(cfg Config, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("generating CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "inboxd webhook CA", Organization: []string{"inboxd"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(cfg.CAValidity),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	return issue(cfg.Dir, CAFile, CAKeyFile, tmpl, tmpl, key, key)
+}
+
+func newServer(cfg Config, now time.Time, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("generating server key: %w", err)
+	}
+	notAfter := now.Add(cfg.ServerValidity)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cfg.Hosts[0], Organization: []string{"inboxd"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range cfg.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, strings.ToLower(h))
+		}
+	}
+	return issue(cfg.Dir, ServerFile, ServerKeyFile, tmpl, ca, key, caKey)
+}
+
+// issue signs tmpl with parentKey and writes the certificate (0644) and key (0600).
+func issue(dir, certName, keyName string, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("signing %s: %w", certName, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parsing %s: %w", certName, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("encoding %s: %w", keyName, err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	// Key first: a certificate on disk without its key would be read back as broken anyway.
+	if err := writeFile(dir, keyName, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := writeFile(dir, certName, certPEM, 0o644); err != nil {
+		return nil, nil, nil, err
+	}
+	return cert, key, certPEM, nil
+}
+
+// readPair reads a certificate and its EC key from dir; any problem is an error, which
+// callers answer by generating a new pair.
+func readPair(dir, certName, keyName string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, certName))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, keyName))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := parseCert(certPEM)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", certName, err)
+	}
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, nil, nil, fmt.Errorf("%s: no PEM block", keyName)
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", keyName, err)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, nil, nil, fmt.Errorf("%s does not match %s", keyName, certName)
+	}
+	return cert, key, certPEM, nil
+}
+
+func parseCert(pemBytes []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM CERTIFICATE block")
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// writeFile replaces dir/name atomically with the given permissions.
+func writeFile(dir, name string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // crypto/rand never fails on supported platforms
+	}
+	return n
+}

@@ -1,0 +1,77 @@
+package feed
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// EnableRangefeedsSQL turns on rangefeeds, without which CREATE CHANGEFEED fails.
+// https://www.cockroachlabs.com/docs/stable/create-and-configure-changefeeds#enable-rangefeeds
+const EnableRangefeedsSQL = `SET CLUSTER SETTING kv.rangefeed.enabled = true`
+
+// versionSQL tells CockroachDB from PostgreSQL: CockroachDB's version() starts with
+// "CockroachDB CCL v…".
+// https://www.cockroachlabs.com/docs/stable/functions-and-operators#system-info-functions
+const versionSQL = `SELECT version()`
+
+// showJobsSQL lists changefeed jobs with the columns Status reports. SHOW CHANGEFEED JOBS
+// keeps finished jobs for 12 hours; the [ … ] form lets us pick and coalesce columns.
+// https://www.cockroachlabs.com/docs/stable/show-jobs#show-changefeed-jobs
+const showJobsSQL = `SELECT job_id, COALESCE(description, ''), COALESCE(status, ''), ` +
+	`COALESCE(running_status, ''), COALESCE(high_water_timestamp::STRING, ''), ` +
+	`COALESCE(error, ''), COALESCE(sink_uri, '') FROM [SHOW CHANGEFEED JOBS]`
+
+// PauseJobSQL pauses a changefeed; it resumes from its last checkpoint.
+// https://www.cockroachlabs.com/docs/stable/pause-job
+func PauseJobSQL(id int64) string { return fmt.Sprintf("PAUSE JOB %d", id) }
+
+// ResumeJobSQL resumes a paused changefeed.
+// https://www.cockroachlabs.com/docs/stable/resume-job
+func ResumeJobSQL(id int64) string { return fmt.Sprintf("RESUME JOB %d", id) }
+
+// CancelJobSQL cancels a changefeed for good; a new one can start where it ended with
+// Options.Cursor set to its high-water mark.
+// https://www.cockroachlabs.com/docs/stable/cancel-job
+func CancelJobSQL(id int64) string { return fmt.Sprintf("CANCEL JOB %d", id) }
+
+// TTLOptions configure row-level TTL on the journal: rows in a terminal status
+// (PROCESSED, REJECTED) are deleted Retention after their last update. RECEIVED, FAILED
+// and DEAD rows never expire: they still need work or an operator.
+type TTLOptions struct {
+	Table     string        // default "journal"
+	Retention time.Duration // required, whole seconds
+	Cron      string        // ttl_job_cron, default "@daily"
+}
+
+// BuildTTL returns the ALTER TABLE that enables row-level TTL on the journal.
+//
+// The expression converts through UTC so that it is immutable, as CockroachDB requires;
+// a NULL expiration means "never expire". ttl_disable_changefeed_replication keeps the
+// TTL job's deletes out of changefeeds: in ModeTable they would otherwise reach the
+// webhook as "after": null (ModeFiltered drops them anyway).
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl
+func BuildTTL(o TTLOptions) (string, error) {
+	if o.Table == "" {
+		o.Table = "journal"
+	}
+	if o.Cron == "" {
+		o.Cron = "@daily"
+	}
+	if !identRe.MatchString(o.Table) {
+		return "", invalid("table %q: want a lower-case SQL identifier", o.Table)
+	}
+	if o.Retention < time.Second || o.Retention%time.Second != 0 {
+		return "", invalid("ttl retention must be a positive whole number of seconds (got %s)", o.Retention)
+	}
+	if strings.ContainsAny(o.Cron, "'\x00\r\n") || len(strings.Fields(o.Cron)) == 0 {
+		return "", invalid("ttl cron %q: want a cron expression like @daily or '0 3 * * *'", o.Cron)
+	}
+	expr := fmt.Sprintf(
+		`CASE WHEN status IN ('%s', '%s') THEN ((updated_at AT TIME ZONE 'UTC') + '%d seconds'::INTERVAL) AT TIME ZONE 'UTC' END`,
+		journal.StatusProcessed, journal.StatusRejected, int64(o.Retention/time.Second))
+	return fmt.Sprintf("ALTER TABLE %s SET (ttl_expiration_expression = %s, ttl_job_cron = %s, ttl_disable_changefeed_replication = true)",
+		o.Table, quote(expr), quote(o.Cron)), nil
+}
