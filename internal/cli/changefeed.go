@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/feed"
+)
+
+func init() {
+	commands["changefeed"] = command{
+		summary: "manage the CockroachDB changefeed to the webhook: create|status|pause|resume|cancel",
+		run:     runChangefeed,
+	}
+}
+
+func runChangefeed(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(e.stderr, "Usage: inboxd changefeed create|status|pause|resume|cancel [flags]")
+		return errUsage
+	}
+	action := args[0]
+	var (
+		jobID      int64
+		mode       string
+		insecure   bool
+		cursor     string
+		resolved   time.Duration
+		timeout    time.Duration
+		enableFeed bool
+	)
+	cfg, _, err := parseFlags(e, "changefeed", action+" [flags]", args[1:], func(fs *flag.FlagSet) {
+		fs.Int64Var(&jobID, "job", 0, "changefeed job id (default: the job whose sink is -webhook-url)")
+		fs.StringVar(&mode, "mode", string(feed.ModeFiltered), "create: filtered (CDC query, RECEIVED rows only) or table (every change)")
+		fs.BoolVar(&insecure, "insecure-skip-verify", false, "create: skip TLS verification instead of passing the CA (not recommended)")
+		fs.StringVar(&cursor, "cursor", "", "create: resume from this HLC (e.g. the last resolved timestamp) without an initial scan")
+		fs.DurationVar(&resolved, "resolved", 10*time.Second, "create: resolved timestamp interval (also min_checkpoint_frequency)")
+		fs.DurationVar(&timeout, "client-timeout", 10*time.Second, "create: webhook_client_timeout")
+		fs.BoolVar(&enableFeed, "enable-rangefeeds", true, "create: SET CLUSTER SETTING kv.rangefeed.enabled = true first")
+	})
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connecting to the database: %w", err)
+	}
+	defer pool.Close()
+	m := feed.NewManager(pool, cfg.Logger(e.stderr))
+
+	job := func() (int64, error) {
+		if jobID != 0 {
+			return jobID, nil
+		}
+		j, err := m.Find(ctx, cfg.WebhookURL)
+		if err != nil {
+			return 0, fmt.Errorf("finding the changefeed for %s: %w", cfg.WebhookURL, err)
+		}
+		return j.ID, nil
+	}
+
+	switch action {
+	case "create":
+		if enableFeed {
+			if err := m.EnableRangefeeds(ctx); err != nil {
+				return err
+			}
+		}
+		opts := feed.DefaultOptions(cfg.WebhookURL, "", "")
+		opts.Mode = feed.Mode(mode)
+		opts.Cursor = cursor
+		opts.Resolved, opts.MinCheckpointFrequency = resolved, resolved
+		opts.ClientTimeout = timeout
+		if cfg.WebhookToken != "" {
+			opts.AuthHeader = "Bearer " + cfg.WebhookToken
+		}
+		if insecure {
+			opts.InsecureSkipVerify = true
+		} else if opts.CACertBase64, err = readCA(cfg); err != nil {
+			return err
+		}
+		id, err := m.Create(ctx, opts)
+		if errors.Is(err, feed.ErrFeedExists) {
+			// Idempotent on purpose: re-running a deployment must not fail here.
+			fmt.Fprintf(e.stdout, "changefeed for %s already exists: %v\n", cfg.WebhookURL, err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "created changefeed job %d → %s\n", id, cfg.WebhookURL)
+		return nil
+	case "status":
+		id, err := job()
+		if err != nil {
+			return err
+		}
+		j, err := m.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "job:         %d\nstatus:      %s\nrunning:     %s\nhigh water:  %s", j.ID, j.Status, j.RunningStatus, j.HighWater)
+		if t := j.HighWaterTime(); !t.IsZero() {
+			fmt.Fprintf(e.stdout, " (%s, %s behind)", t.UTC().Format(time.RFC3339), time.Since(t).Round(time.Millisecond))
+		}
+		fmt.Fprintf(e.stdout, "\nsink:        %s\nerror:       %s\n", j.SinkURI, j.Error)
+		return nil
+	case "pause", "resume", "cancel":
+		id, err := job()
+		if err != nil {
+			return err
+		}
+		do := map[string]func(context.Context, int64) error{"pause": m.Pause, "resume": m.Resume, "cancel": m.Cancel}[action]
+		if err := do(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: job %d\n", action, id)
+		return nil
+	default:
+		fmt.Fprintf(e.stderr, "inboxd changefeed: unknown action %q (want create, status, pause, resume or cancel)\n", action)
+		return errUsage
+	}
+}
+
+// readCA returns the base64 CA for ca_cert=: from the generated cert dir (which the
+// serving inboxd writes; it may be mounted read-only here), else from -cert-file's CA.
+func readCA(cfg *config.Config) (string, error) {
+	b, err := os.ReadFile(filepath.Join(cfg.CertDir, certs.CABase64File))
+	if err != nil {
+		return "", fmt.Errorf("reading the webhook CA (start \"inboxd serve\" once to generate it, or pass -insecure-skip-verify): %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
