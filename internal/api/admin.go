@@ -1,0 +1,304 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+)
+
+// audit logs an operator action: what, on what, how many, from where. Never a secret.
+func (s *Server) audit(c echo.Context, action string, args ...any) {
+	s.log.Info("admin action", append([]any{"action", action, "remote", c.RealIP(), "request_id", requestID(c)}, args...)...)
+}
+
+func filterAttrs(f journal.Filter) map[string]any {
+	m := map[string]any{}
+	if f.EventType != "" {
+		m["type"] = f.EventType
+	}
+	if len(f.Statuses) > 0 {
+		m["status"] = f.Statuses
+	}
+	if len(f.Contains) > 0 {
+		m["payload"] = string(f.Contains)
+	}
+	if !f.Since.IsZero() {
+		m["since"] = f.Since
+	}
+	if !f.Until.IsZero() {
+		m["until"] = f.Until
+	}
+	return m
+}
+
+// GET /admin/events: failed, dead and rejected entries.
+func (s *Server) adminListEvents(c echo.Context) error {
+	q, err := parseEventQuery(c.QueryParams(), journal.RetryableStatuses, true)
+	if err != nil {
+		return err
+	}
+	return s.respondEvents(c, q)
+}
+
+type retryResponse struct {
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Retried bool   `json:"retried"`
+}
+
+// POST /admin/events/{id}/retry requeues one FAILED, DEAD or REJECTED entry (status
+// FAILED, attempts 0, due now). Repeating it is harmless. An entry that is RECEIVED is
+// already pending: 200 with retried false. A PROCESSED entry is 409: use replay.
+func (s *Server) adminRetryOne(c echo.Context) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	r, err := journal.RetryOne(c.Request().Context(), s.cfg.Pool, id)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return notFound("no journal entry with this id")
+	case errors.Is(err, journal.ErrNotRetryable) && r.Status == journal.StatusProcessed:
+		s.audit(c, "retry", "id", id, "count", 0, "status", r.Status)
+		return &httpError{status: http.StatusConflict, msg: "entry is already processed",
+			detail: map[string]string{"id": id, "status": r.Status, "hint": "POST /admin/events/replay to process it again"}}
+	case errors.Is(err, journal.ErrNotRetryable):
+		s.audit(c, "retry", "id", id, "count", 0, "status", r.Status)
+		return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: false})
+	case err != nil:
+		return internal("retrying entry", err)
+	}
+	s.audit(c, "retry", "id", id, "count", 1)
+	return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: true})
+}
+
+type bulkResponse struct {
+	Action string `json:"action"`
+	DryRun bool   `json:"dry_run"`
+	// Count is how many entries were requeued, or would be on a dry run.
+	Count int64 `json:"count"`
+}
+
+// POST /admin/events/retry requeues every FAILED, DEAD or REJECTED entry matching the filter.
+func (s *Server) adminRetryFilter(c echo.Context) error {
+	return s.bulk(c, journal.Retry)
+}
+
+// POST /admin/events/replay requeues every entry matching the filter, PROCESSED included.
+func (s *Server) adminReplay(c echo.Context) error {
+	return s.bulk(c, journal.Replay)
+}
+
+func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var allowed []string
+	if mode == journal.Retry {
+		allowed = journal.RetryableStatuses
+	}
+	f, dry, err := parseFilterBody(body, allowed)
+	if err != nil {
+		return err
+	}
+	if mode == journal.Replay && f.IsZero() {
+		// Replaying the whole journal is never what a typo meant.
+		return badRequest("replay needs a filter", "give at least one of status, type, payload, since, until")
+	}
+	ctx := c.Request().Context()
+	var n int64
+	if dry {
+		n, err = journal.CountMatching(ctx, s.cfg.Pool, f, mode)
+	} else {
+		n, err = journal.Requeue(ctx, s.cfg.Pool, f, mode)
+	}
+	if err != nil {
+		s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n, "err", err.Error())
+		return internal(mode.String()+" failed; entries counted were requeued, repeating is harmless", err)
+	}
+	s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n)
+	return c.JSON(http.StatusOK, bulkResponse{Action: mode.String(), DryRun: dry, Count: n})
+}
+
+// quarantineItem is a quarantine row without its body.
+type quarantineItem struct {
+	ID           string            `json:"id"`
+	Reason       string            `json:"reason"`
+	Detail       string            `json:"detail"`
+	Destination  string            `json:"destination"`
+	MessageID    string            `json:"message_id"`
+	Headers      map[string]string `json:"headers"`
+	EventID      *string           `json:"event_id"`
+	ReceivedAt   time.Time         `json:"received_at"`
+	ReinjectedAt *time.Time        `json:"reinjected_at"`
+	Size         int64             `json:"size"`
+}
+
+func toQuarantineItem(q journal.QuarantineRecord) quarantineItem {
+	h := q.Headers
+	if h == nil {
+		h = map[string]string{}
+	}
+	return quarantineItem{ID: q.ID, Reason: q.Reason, Detail: q.Detail, Destination: q.Destination, MessageID: q.MessageID,
+		Headers: h, EventID: q.EventID, ReceivedAt: q.ReceivedAt.UTC(), ReinjectedAt: utcPtr(q.ReinjectedAt), Size: q.Size}
+}
+
+// GET /admin/quarantine
+func (s *Server) adminListQuarantine(c echo.Context) error {
+	qp := c.QueryParams()
+	problems := map[string]string{}
+	p := parsePage(qp, cursorQuarantine, problems)
+	reason, _ := single(qp, "reason", problems)
+	if !validText(reason) {
+		problems["reason"] = "must be UTF-8 without NUL"
+	}
+	for name := range qp {
+		switch name {
+		case "limit", "order", "cursor", "reason":
+		default:
+			problems[name] = "unknown parameter"
+		}
+	}
+	if len(problems) > 0 {
+		return badRequest("invalid query", problems)
+	}
+	jp := journal.QuarantinePage{Limit: p.Limit, Desc: p.Desc}
+	if p.Cursor != nil {
+		jp.After = &journal.QuarantineKey{ReceivedAt: *p.Cursor.At, ID: p.Cursor.ID}
+	}
+	rows, more, err := journal.ListQuarantine(c.Request().Context(), s.cfg.Pool, reason, jp)
+	if err != nil {
+		return internal("listing quarantine", err)
+	}
+	out := page[quarantineItem]{Items: make([]quarantineItem, 0, len(rows))}
+	for _, r := range rows {
+		out.Items = append(out.Items, toQuarantineItem(r))
+	}
+	if more {
+		last := rows[len(rows)-1]
+		at := last.ReceivedAt.UTC()
+		out.NextCursor = encodeCursor(cursor{Kind: cursorQuarantine, Desc: p.Desc, At: &at, ID: last.ID})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// GET /admin/quarantine/{id}/body: the raw bytes as received.
+func (s *Server) adminQuarantineBody(c echo.Context) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	_, body, err := journal.QuarantineBody(c.Request().Context(), s.cfg.Pool, id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return notFound("no quarantine row with this id")
+	}
+	if err != nil {
+		return internal("reading quarantine body", err)
+	}
+	s.audit(c, "quarantine_download", "id", id, "count", 1, "size", len(body))
+	c.Response().Header().Set(echo.HeaderContentDisposition, `attachment; filename="`+id+`.bin"`)
+	c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+	return c.Blob(http.StatusOK, echo.MIMEOctetStream, body)
+}
+
+type reinjectRequest struct {
+	// Destination overrides the row's destination, e.g. after fixing a misrouted producer.
+	Destination string `json:"destination"`
+	// Force publishes again a row that was already reinjected.
+	Force bool `json:"force"`
+}
+
+type reinjectResponse struct {
+	ID           string     `json:"id"`
+	Status       string     `json:"status"` // "reinjected" or "already_reinjected"
+	Destination  string     `json:"destination"`
+	ReinjectedAt *time.Time `json:"reinjected_at"`
+}
+
+// Headers copied from the quarantined message when reinjecting it; the broker sets the rest.
+var reinjectHeaders = []string{HeaderContentType, message.HeaderEventType, message.HeaderAggregateID}
+
+// HeaderReinjectedFrom names the quarantine row a reinjected message came from.
+const HeaderReinjectedFrom = "inboxd-reinjected-from"
+
+// POST /admin/quarantine/{id}/reinject publishes the raw body again, to its destination
+// or the one given, then marks the row reinjected. A second call on a reinjected row is
+// a 200 no-op ("already_reinjected") unless "force": true.
+func (s *Server) adminReinject(c echo.Context) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req reinjectRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return badRequest("invalid JSON body", jsonProblem(err))
+		}
+	}
+	if req.Destination != "" && !validDestination(req.Destination) {
+		return badRequest("invalid destination", map[string]string{"destination": "must start with /queue/ or /topic/"})
+	}
+	var dest string
+	var pubErr error
+	res, err := journal.Reinject(c.Request().Context(), s.cfg.Pool, id, req.Force,
+		func(ctx context.Context, q journal.QuarantineRecord, raw []byte) error {
+			dest = q.Destination
+			if req.Destination != "" {
+				dest = req.Destination
+			}
+			headers := map[string]string{HeaderReinjectedFrom: q.ID}
+			for _, h := range reinjectHeaders {
+				if v := q.Headers[h]; v != "" {
+					headers[h] = v
+				}
+			}
+			ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+			defer cancel()
+			pubErr = s.cfg.Publisher.Publish(ctx, dest, raw, headers)
+			return pubErr
+		})
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return notFound("no quarantine row with this id")
+	case pubErr != nil:
+		s.audit(c, "reinject", "id", id, "destination", dest, "count", 0, "err", pubErr.Error())
+		return unavailable("broker unavailable", map[string]string{"id": id, "hint": "nothing was marked; retry"}, nil)
+	case err != nil:
+		return internal("reinjecting", err)
+	}
+	out := reinjectResponse{ID: id, Status: "reinjected", Destination: dest, ReinjectedAt: utcPtr(res.Record.ReinjectedAt)}
+	if !res.Published {
+		out.Status = "already_reinjected"
+		out.Destination = ""
+	}
+	s.audit(c, "reinject", "id", id, "destination", dest, "force", req.Force, "count", boolCount(res.Published))
+	return c.JSON(http.StatusOK, out)
+}
+
+func validDestination(d string) bool {
+	return (strings.HasPrefix(d, "/queue/") || strings.HasPrefix(d, "/topic/")) && len(d) > len("/queue/") &&
+		len(d) <= 512 && validText(d) && !strings.ContainsAny(d, "\r\n")
+}
+
+func boolCount(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

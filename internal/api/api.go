@@ -1,0 +1,208 @@
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
+)
+
+// Publisher sends a persistent message and returns only once the broker has confirmed
+// it (a STOMP receipt). An error means the message may not have been stored.
+type Publisher interface {
+	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
+}
+
+// Database is what the API needs of the database; *pgxpool.Pool is one.
+type Database interface {
+	journal.DB
+	journal.Beginner
+	Ping(ctx context.Context) error
+}
+
+// ReadyCheck is one dependency /readyz checks, such as the broker.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// WatermarkReader reads the changefeed watermarks /journal/stats reports.
+type WatermarkReader interface {
+	Watermarks(ctx context.Context) ([]journal.Watermark, error)
+}
+
+// Config configures the API server.
+type Config struct {
+	// Addr is where Run listens, e.g. ":8080".
+	Addr string
+	// TLS, when set, makes Run serve HTTPS.
+	TLS *tls.Config
+
+	Pool      Database  // required
+	Publisher Publisher // required: registrations and quarantine reinjection
+	// Destination is where POST /registration publishes, e.g. "/queue/inboxd.events".
+	Destination string // required
+	// AdminToken, when set, guards /admin/* with "Authorization: Bearer <token>".
+	AdminToken string
+
+	Logger  *slog.Logger     // default slog.Default()
+	Metrics *metrics.Metrics // default metrics.New(); served at /metrics
+
+	// Ready lists the checks /readyz runs besides the database (always checked), e.g.
+	// {Name: "broker", Check: publisher.Ping}.
+	Ready []ReadyCheck
+	// Watermarks defaults to reading the feed_watermark table.
+	Watermarks WatermarkReader
+	// IPExtractor says how to find the client address for logs; default: the TCP peer,
+	// which cannot be spoofed. Use echo.ExtractIPFromXFFHeader behind a trusted proxy.
+	IPExtractor echo.IPExtractor
+
+	PublishTimeout  time.Duration // default 10s: how long to wait for the broker's receipt
+	ReadyTimeout    time.Duration // default 2s per check
+	ShutdownTimeout time.Duration // default 10s: how long Run waits for requests in flight
+	MaxBodyBytes    int64         // default 1 MiB; larger request bodies get 413
+}
+
+// Server is the REST API.
+type Server struct {
+	cfg Config
+	e   *echo.Echo
+	log *slog.Logger
+}
+
+// New builds the API. It registers every route; Echo returns the echo instance to serve
+// it in a test or to mount it elsewhere.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("api: Config.Pool is required")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("api: Config.Publisher is required")
+	}
+	if cfg.Destination == "" {
+		return nil, errors.New("api: Config.Destination is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.Watermarks == nil {
+		cfg.Watermarks = tableWatermarks{cfg.Pool}
+	}
+	if cfg.IPExtractor == nil {
+		cfg.IPExtractor = echo.ExtractIPDirect()
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 10 * time.Second
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Second
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.AdminToken == "" {
+		s.log.Warn("admin API is not protected: no admin token configured")
+	}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.IPExtractor = cfg.IPExtractor
+	e.HTTPErrorHandler = s.handleError
+	e.Server.ReadHeaderTimeout = 10 * time.Second
+	e.Server.IdleTimeout = 2 * time.Minute
+	e.StdLogger = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn) // becomes http.Server.ErrorLog
+	// Hand-written rather than echo/middleware, which would pull golang.org/x/time into go.mod.
+	e.Use(setRequestID, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{Registry: cfg.Metrics.Registry})))
+	e.GET("/openapi.json", s.openAPI)
+
+	e.GET("/registration/form", s.registrationForm)
+	e.POST("/registration", s.postRegistration)
+
+	e.GET("/journal/stats", s.journalStats)
+	// One route serves both /journal/{type}-events and /journal/{id}: Echo allows one
+	// parameter child per path segment, so the handler tells them apart by the suffix.
+	e.GET("/journal/:ref", s.journalRef)
+
+	admin := s.requireAdmin
+	e.GET("/admin/events", s.adminListEvents, admin)
+	e.POST("/admin/events/retry", s.adminRetryFilter, admin)
+	e.POST("/admin/events/replay", s.adminReplay, admin)
+	e.POST("/admin/events/:id/retry", s.adminRetryOne, admin)
+	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
+	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)
+	e.POST("/admin/quarantine/:id/reinject", s.adminReinject, admin)
+
+	s.e = e
+	return s, nil
+}
+
+// Echo returns the underlying Echo instance.
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+// Run listens on Config.Addr and serves until ctx is done, then shuts down gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listening on %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is done, then stops accepting connections and waits up
+// to ShutdownTimeout for requests in flight. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
+	s.e.Listener = ln
+	s.log.Info("api listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
+	errc := make(chan error, 1)
+	go func() { errc <- s.e.Start("") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serving: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := s.e.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("api: shutting down: %w", err)
+	}
+	s.log.Info("api stopped")
+	return nil
+}
+
+type tableWatermarks struct{ db journal.DB }
+
+func (t tableWatermarks) Watermarks(ctx context.Context) ([]journal.Watermark, error) {
+	return journal.FeedWatermarks(ctx, t.db)
+}

@@ -1,0 +1,152 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Error is the body of every error response.
+type Error struct {
+	Error  string `json:"error"`
+	Detail any    `json:"detail"`
+}
+
+// httpError is an error a handler returns to answer with a given status and body.
+type httpError struct {
+	status int
+	msg    string
+	detail any
+	cause  error // logged for 5xx, never sent
+}
+
+func (e *httpError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("%d %s: %v", e.status, e.msg, e.cause)
+	}
+	return fmt.Sprintf("%d %s", e.status, e.msg)
+}
+
+func (e *httpError) Unwrap() error { return e.cause }
+
+func badRequest(msg string, detail any) error {
+	return &httpError{status: http.StatusBadRequest, msg: msg, detail: detail}
+}
+
+func notFound(msg string) error { return &httpError{status: http.StatusNotFound, msg: msg} }
+
+func internal(msg string, cause error) error {
+	return &httpError{status: http.StatusInternalServerError, msg: msg, cause: cause}
+}
+
+func unavailable(msg string, detail any, cause error) error {
+	return &httpError{status: http.StatusServiceUnavailable, msg: msg, detail: detail, cause: cause}
+}
+
+// handleError is Echo's HTTPErrorHandler: every error, Echo's own 404 and 405
+// included, is answered as {"error": ..., "detail": ...}.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var he *httpError
+	var ee *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+	case errors.As(err, &ee):
+		he = &httpError{status: ee.Code, msg: strings.ToLower(http.StatusText(ee.Code)), cause: ee.Internal}
+		if m, ok := ee.Message.(string); ok && m != "" {
+			he.msg = strings.ToLower(m)
+		}
+	default:
+		he = &httpError{status: http.StatusInternalServerError, msg: "internal error", cause: err}
+	}
+	if he.status >= 500 && he.cause != nil {
+		if errors.Is(he.cause, context.Canceled) {
+			s.log.Debug("request canceled", "path", c.Path(), "request_id", requestID(c))
+		} else {
+			s.log.Error(he.msg, "err", he.cause, "method", c.Request().Method, "route", c.Path(), "request_id", requestID(c))
+		}
+	}
+	if he.status == http.StatusInternalServerError {
+		// Internal errors say no more than the request id to look the log up by.
+		he.detail = map[string]string{"request_id": requestID(c)}
+	}
+	var werr error
+	if c.Request().Method == http.MethodHead {
+		werr = c.NoContent(he.status)
+	} else {
+		werr = c.JSON(he.status, Error{Error: he.msg, Detail: he.detail})
+	}
+	if werr != nil {
+		s.log.Debug("writing error response", "err", werr)
+	}
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+// logRequests logs one line per request. It never logs headers, so neither the
+// Authorization header nor cookies can reach the log; the query string is left out too,
+// as filters may carry personal data.
+func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err) // writes the response now, so the status below is the real one
+		}
+		req, res := c.Request(), c.Response()
+		level := s.levelFor(c.Path(), res.Status)
+		s.log.Log(req.Context(), level, "http request",
+			"method", req.Method,
+			"path", req.URL.Path,
+			"route", c.Path(),
+			"status", res.Status,
+			"latency_ms", float64(time.Since(start).Microseconds())/1000,
+			"bytes", res.Size,
+			"remote", c.RealIP(),
+			"request_id", requestID(c))
+		return nil
+	}
+}
+
+func (s *Server) levelFor(route string, status int) slog.Level {
+	switch {
+	case status >= 500:
+		return slog.LevelWarn
+	case route == "/healthz" || route == "/readyz" || route == "/metrics":
+		return slog.LevelDebug // probes and scrapes would drown everything else
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// requireAdmin guards the admin routes when an admin token is configured. Both sides
+// are hashed before the constant-time compare so that the token's length leaks neither.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.AdminToken == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(s.cfg.AdminToken))
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get(echo.HeaderAuthorization)
+		scheme, token, ok := strings.Cut(h, " ")
+		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			s.log.Warn("admin request refused", "route", c.Path(), "remote", c.RealIP(), "request_id", requestID(c), "had_credentials", h != "")
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="inboxd-admin"`)
+			return &httpError{status: http.StatusUnauthorized, msg: "unauthorized", detail: "send the admin token as an Authorization: Bearer header"}
+		}
+		return next(c)
+	}
+}

@@ -1,0 +1,66 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+)
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI returns the embedded OpenAPI 3 document.
+func OpenAPI() []byte { return openAPIDoc }
+
+func (s *Server) openAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPIDoc)
+}
+
+// GET /healthz: the process is up and serving.
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type readyResponse struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// GET /readyz: the database and every configured dependency answer. Checks run
+// concurrently, each bounded by ReadyTimeout; a 503 names the ones that failed.
+func (s *Server) readyz(c echo.Context) error {
+	checks := append([]ReadyCheck{{Name: "database", Check: s.cfg.Pool.Ping}}, s.cfg.Ready...)
+	results := make(map[string]string, len(checks))
+	var failed []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, ch := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.ReadyTimeout)
+			defer cancel()
+			err := ch.Check(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				results[ch.Name] = err.Error()
+				failed = append(failed, ch.Name)
+				return
+			}
+			results[ch.Name] = "ok"
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		s.log.Warn("not ready", "failed", failed)
+		return unavailable("not ready: "+strings.Join(failed, ", "), results, nil)
+	}
+	return c.JSON(http.StatusOK, readyResponse{Status: "ready", Checks: results})
+}

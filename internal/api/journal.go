@@ -1,0 +1,167 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+)
+
+// entry is a journal entry as the API shows it.
+type entry struct {
+	ID            string          `json:"id"`
+	EventType     string          `json:"event_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	SequenceNo    int64           `json:"sequence_no"`
+	Tag           string          `json:"tag"`
+	Status        string          `json:"status"`
+	Attempts      int             `json:"attempts"`
+	LastError     *string         `json:"last_error"`
+	NextAttemptAt time.Time       `json:"next_attempt_at"`
+	ReceivedAt    time.Time       `json:"received_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	ProcessedAt   *time.Time      `json:"processed_at"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+func toEntry(r journal.Record) entry {
+	return entry{
+		ID: r.ID, EventType: r.EventType, AggregateID: r.AggregateID, SequenceNo: r.SequenceNo, Tag: r.Tag,
+		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError,
+		NextAttemptAt: r.NextAttemptAt.UTC(), ReceivedAt: r.ReceivedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		ProcessedAt: utcPtr(r.ProcessedAt), Payload: r.Payload,
+	}
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// page is the body of every listing.
+type page[T any] struct {
+	Items []T `json:"items"`
+	// NextCursor is absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// journalRef serves GET /journal/{type}-events and GET /journal/{id}.
+func (s *Server) journalRef(c echo.Context) error {
+	ref := c.Param("ref")
+	if typ, ok := strings.CutSuffix(ref, "-events"); ok {
+		if typ == "" || !validText(typ) {
+			return notFound("no such event type")
+		}
+		return s.listEvents(c, typ)
+	}
+	return s.getEntry(c, ref)
+}
+
+func (s *Server) listEvents(c echo.Context, eventType string) error {
+	q, err := parseEventQuery(c.QueryParams(), nil, false)
+	if err != nil {
+		return err
+	}
+	q.Filter.EventType = eventType
+	return s.respondEvents(c, q)
+}
+
+func (s *Server) respondEvents(c echo.Context, q eventQuery) error {
+	recs, more, err := journal.List(c.Request().Context(), s.cfg.Pool, q.Filter, q.journalPage())
+	if err != nil {
+		return internal("listing journal", err)
+	}
+	out := page[entry]{Items: make([]entry, 0, len(recs))}
+	for _, r := range recs {
+		out.Items = append(out.Items, toEntry(r))
+	}
+	if more {
+		out.NextCursor = encodeCursor(cursor{Kind: cursorJournal, Desc: q.Page.Desc, Seq: recs[len(recs)-1].SequenceNo})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// parseID reads the :id parameter as a UUID.
+func parseID(raw string) (string, error) {
+	id, ok := message.CanonicalUUID(raw)
+	if !ok {
+		return "", badRequest("invalid id", map[string]string{"id": "must be a UUID"})
+	}
+	return id, nil
+}
+
+func (s *Server) getEntry(c echo.Context, raw string) error {
+	id, err := parseID(raw)
+	if err != nil {
+		return err
+	}
+	r, err := journal.Get(c.Request().Context(), s.cfg.Pool, id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return notFound("no journal entry with this id")
+	}
+	if err != nil {
+		return internal("reading journal entry", err)
+	}
+	return c.JSON(http.StatusOK, toEntry(r))
+}
+
+type statsResponse struct {
+	Total    int64                       `json:"total"`
+	ByStatus map[string]int64            `json:"by_status"`
+	ByType   map[string]map[string]int64 `json:"by_type"`
+	// OldestPendingAgeSeconds is 0 when nothing is pending.
+	OldestPendingAgeSeconds float64         `json:"oldest_pending_age_seconds"`
+	OldestPendingReceivedAt *time.Time      `json:"oldest_pending_received_at"`
+	Quarantine              quarantineStats `json:"quarantine"`
+	FeedWatermarks          []watermarkJSON `json:"feed_watermarks"`
+}
+
+type quarantineStats struct {
+	Total         int64 `json:"total"`
+	NotReinjected int64 `json:"not_reinjected"`
+}
+
+type watermarkJSON struct {
+	Sink       string    `json:"sink"`
+	Resolved   string    `json:"resolved"`
+	ResolvedAt time.Time `json:"resolved_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	LagSeconds float64   `json:"lag_seconds"`
+}
+
+func (s *Server) journalStats(c echo.Context) error {
+	ctx := c.Request().Context()
+	st, err := journal.ReadStats(ctx, s.cfg.Pool)
+	if err != nil {
+		return internal("reading journal stats", err)
+	}
+	wms, err := s.cfg.Watermarks.Watermarks(ctx)
+	if err != nil {
+		return internal("reading feed watermarks", err)
+	}
+	out := statsResponse{
+		Total: st.Total, ByStatus: st.ByStatus, ByType: st.ByType,
+		OldestPendingReceivedAt: utcPtr(st.OldestPending),
+		Quarantine:              quarantineStats{Total: st.Quarantined, NotReinjected: st.QuarantineNotReinjected},
+		FeedWatermarks:          make([]watermarkJSON, 0, len(wms)),
+	}
+	if st.OldestPending != nil {
+		out.OldestPendingAgeSeconds = max(0, st.Now.Sub(*st.OldestPending).Seconds())
+	}
+	for _, w := range wms {
+		out.FeedWatermarks = append(out.FeedWatermarks, watermarkJSON{
+			Sink: w.Sink, Resolved: w.Resolved, ResolvedAt: w.ResolvedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(),
+			LagSeconds: w.Lag.Seconds(),
+		})
+	}
+	return c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,192 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/mail"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/message"
+)
+
+// HeaderContentType is passed to the Publisher, which sets the frame's content type from it.
+const HeaderContentType = "content-type"
+
+// EventTypeRegistration is the event type POST /registration publishes.
+const EventTypeRegistration = "registration"
+
+// registration is the demo event. The field names are those of the registration
+// handler's Registration struct; AggregateID is added by the API so that one customer's
+// events are processed in order.
+type registration struct {
+	ID           string `json:"id,omitempty"`
+	Name         string `json:"name"`
+	Email        string `json:"email"`
+	Jurisdiction string `json:"jurisdiction"`
+	CreatedAt    string `json:"createdAt"`
+	AggregateID  string `json:"aggregateId,omitempty"`
+}
+
+const (
+	maxNameLen  = 200
+	maxEmailLen = 254
+)
+
+// The same rules as the registration handler, so the API never accepts what it would reject.
+var jurisdictionRE = regexp.MustCompile(`^[a-z0-9]{2,10}$`)
+
+// aggregateID keys a customer: one jurisdiction, one email address.
+func aggregateID(jurisdiction, email string) string {
+	return strings.ToLower(jurisdiction) + ":" + strings.ToLower(email)
+}
+
+// validate normalises r in place (trims, lower-cases the jurisdiction, canonicalises
+// or assigns the id, computes the aggregate id) and returns one message per bad field.
+func (r *registration) validate(newID func() string) map[string]string {
+	problems := map[string]string{}
+	if r.ID == "" {
+		r.ID = newID()
+	} else if id, ok := message.CanonicalUUID(r.ID); ok {
+		r.ID = id
+	} else {
+		problems["id"] = "must be a UUID, or absent for the server to assign one"
+	}
+
+	r.Name = strings.TrimSpace(r.Name)
+	switch {
+	case r.Name == "":
+		problems["name"] = "is required"
+	case utf8.RuneCountInString(r.Name) > maxNameLen:
+		problems["name"] = fmt.Sprintf("must be at most %d characters", maxNameLen)
+	case strings.IndexFunc(r.Name, unicode.IsControl) >= 0:
+		problems["name"] = "must not contain control characters"
+	}
+
+	r.Email = strings.TrimSpace(r.Email)
+	switch {
+	case r.Email == "":
+		problems["email"] = "is required"
+	case len(r.Email) > maxEmailLen:
+		problems["email"] = fmt.Sprintf("must be at most %d bytes", maxEmailLen)
+	default:
+		// A bare address only: "Name <a@b>" parses too, but is not an email field.
+		addr, err := mail.ParseAddress(r.Email)
+		at := strings.LastIndexByte(r.Email, '@')
+		domain := r.Email[at+1:]
+		if err != nil || addr.Address != r.Email || addr.Name != "" || at <= 0 ||
+			!strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") {
+			problems["email"] = "must be an email address such as jane@example.com"
+		}
+	}
+
+	r.Jurisdiction = strings.ToLower(strings.TrimSpace(r.Jurisdiction))
+	switch {
+	case r.Jurisdiction == "":
+		problems["jurisdiction"] = "is required"
+	case !jurisdictionRE.MatchString(r.Jurisdiction):
+		problems["jurisdiction"] = "must be 2 to 10 letters or digits, e.g. mga"
+	}
+
+	r.CreatedAt = strings.TrimSpace(r.CreatedAt)
+	if r.CreatedAt == "" {
+		problems["createdAt"] = "is required"
+	} else if _, err := time.Parse(time.RFC3339Nano, r.CreatedAt); err != nil {
+		problems["createdAt"] = "must be an RFC 3339 timestamp, e.g. 2025-01-31T12:00:00Z"
+	}
+
+	if problems["email"] == "" && problems["jurisdiction"] == "" {
+		agg := aggregateID(r.Jurisdiction, r.Email)
+		if r.AggregateID != "" && r.AggregateID != agg {
+			problems["aggregateId"] = fmt.Sprintf("is computed by the server (%s); omit it", agg)
+		}
+		r.AggregateID = agg
+	}
+	return problems
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// registrationForm returns a valid sample registration with fresh values, to POST back as is.
+func (s *Server) registrationForm(c echo.Context) error {
+	suffix := randomHex(4)
+	return c.JSON(http.StatusOK, registration{
+		Name:         "Test Customer " + suffix,
+		Email:        "customer-" + suffix + "@example.com",
+		Jurisdiction: "mga",
+		CreatedAt:    time.Now().UTC().Truncate(time.Second).Format(time.RFC3339),
+	})
+}
+
+// acceptedResponse is the body of 202 Accepted.
+type acceptedResponse struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// postRegistration validates a registration and publishes it as a persistent message,
+// answering 202 only once the broker has confirmed it.
+func (s *Server) postRegistration(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err // BodyLimit's 413, or the client went away
+	}
+	var r registration
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return badRequest("invalid JSON body", jsonProblem(err))
+	}
+	if dec.More() {
+		return badRequest("invalid JSON body", "trailing data after the JSON object")
+	}
+	if problems := r.validate(newUUID); len(problems) > 0 {
+		return badRequest("invalid registration", problems)
+	}
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return internal("encoding registration", err)
+	}
+	headers := map[string]string{
+		HeaderContentType:         echo.MIMEApplicationJSON,
+		message.HeaderEventType:   EventTypeRegistration,
+		message.HeaderAggregateID: r.AggregateID,
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.PublishTimeout)
+	defer cancel()
+	if err := s.cfg.Publisher.Publish(ctx, s.cfg.Destination, payload, headers); err != nil {
+		s.log.Warn("publishing registration failed", "err", err, "id", r.ID, "destination", s.cfg.Destination, "request_id", requestID(c))
+		return unavailable("broker unavailable", map[string]string{
+			"id":   r.ID,
+			"hint": "the broker did not confirm the message; retry with this id, duplicates are dropped",
+		}, nil)
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/journal/"+r.ID)
+	return c.JSON(http.StatusAccepted, acceptedResponse{ID: r.ID, Status: "accepted"})
+}
