@@ -99,7 +99,7 @@ func (s *Service) Run(ctx context.Context) error {
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Destinations[0],
 		AdminToken: cfg.AdminToken, Logger: s.log.With("component", "api"), Metrics: s.m,
-		Ready: []api.ReadyCheck{{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }}},
+		Ready:           []api.ReadyCheck{{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }}},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	})
 	if err != nil {
