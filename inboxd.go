@@ -1,0 +1,49 @@
+// Package inboxd runs inboxd inside your own Go program, with your own event handlers.
+//
+// inboxd turns at-least-once delivery (ActiveMQ over STOMP) into exactly-once
+// processing: every message lands once in the journal, and each journal event's handler
+// runs in the same database transaction that marks the event PROCESSED. To process
+// your own event types, register handlers and hand control to Main:
+//
+//	func main() {
+//		inboxd.Register("order.placed", inboxd.HandlerFunc(placeOrder))
+//		os.Exit(inboxd.Main())
+//	}
+//
+// A handler gets the transaction and the event. It must do its database work in tx
+// (so the effect commits with the status change, exactly once), use ev.ID as the
+// idempotency key for any effect outside the database, return Reject(err) for input
+// that can never succeed, and any other error for a failure worth retrying. It may run
+// more than once for one event (transaction retries, replays), so it must not keep
+// state outside tx.
+package inboxd
+
+import (
+	"os"
+
+	"github.com/inboxd/inboxd/internal/cli"
+	"github.com/inboxd/inboxd/internal/process"
+)
+
+// Event is what a handler sees of a journal entry.
+type Event = process.Event
+
+// Handler applies one event's business effect inside the transaction it is given.
+type Handler = process.Handler
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc = process.HandlerFunc
+
+// ErrRejected matches (errors.Is) every error built by Reject.
+var ErrRejected = process.ErrRejected
+
+// Reject marks err as a business rejection: the event becomes REJECTED, not retried.
+func Reject(err error) error { return process.Reject(err) }
+
+// Register adds (or replaces) the handler of an event type. The demo's "registration"
+// handler is registered already.
+func Register(eventType string, h Handler) { cli.Handlers.Register(eventType, h) }
+
+// Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
+// returns the exit code.
+func Main() int { return cli.Main(os.Args[1:], os.Stdout, os.Stderr) }
