@@ -116,7 +116,7 @@ func settings(c *Config) []setting {
 		{"concurrency", "INBOXD_CONCURRENCY", "events processed in parallel (different aggregates)", "8", num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
-		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it (0 on PostgreSQL)", "0s", dur(&c.SweepGrace)},
+		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
 		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", "info", str(&c.LogLevel)},

@@ -25,6 +25,7 @@ import (
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
@@ -68,6 +69,11 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
+	if cfg.SweepGrace == 0 && isCockroach(ctx, pool) {
+		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
+		cfg.SweepGrace = 30 * time.Second
+	}
+	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
 	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New()}, nil
 }
 
@@ -160,6 +166,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("inboxd stopped")
 	return runErr
+}
+
+// isCockroach reports whether the database is CockroachDB (and so has a changefeed).
+func isCockroach(ctx context.Context, pool *pgxpool.Pool) bool {
+	ok, err := feed.NewManager(pool, nil).IsCockroachDB(ctx)
+	return err == nil && ok
 }
 
 type webhookServer struct {

@@ -1,0 +1,206 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Pending is a journal entry locked for processing.
+type Pending struct {
+	ID          string
+	EventType   string
+	AggregateID string
+	SequenceNo  int64
+	Tag         string
+	Payload     []byte
+	Status      string
+	Attempts    int
+	// Due reports next_attempt_at <= now(), by the database's clock.
+	Due bool
+}
+
+// LockPending locks the entry for the rest of tx if it still waits for processing
+// (RECEIVED or FAILED) and returns it. found is false when the entry does not exist or
+// is already terminal: a duplicate delivery, a no-op. On PostgreSQL a row locked by
+// another transaction is waited for and re-read, so the status seen here is the one
+// the other transaction committed.
+func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+	err = tx.QueryRow(ctx, `
+		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
+		       next_attempt_at <= now()
+		FROM journal
+		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
+		FOR UPDATE`, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
+		&p.Status, &p.Attempts, &p.Due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Pending{}, false, nil
+	}
+	if err != nil {
+		return Pending{}, false, fmt.Errorf("locking journal entry %s: %w", id, err)
+	}
+	return p, true, nil
+}
+
+// HasPendingPredecessor reports whether an earlier event of the aggregate is still
+// RECEIVED or FAILED. DEAD and REJECTED predecessors do not count (see package process).
+func HasPendingPredecessor(ctx context.Context, db DB, aggregateID string, sequenceNo int64) (bool, error) {
+	var blocked bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM journal
+			WHERE aggregate_id = $1 AND sequence_no < $2 AND status IN ('RECEIVED', 'FAILED'))`,
+		aggregateID, sequenceNo).Scan(&blocked)
+	if err != nil {
+		return false, fmt.Errorf("checking predecessors of aggregate %q: %w", aggregateID, err)
+	}
+	return blocked, nil
+}
+
+// NextPendingInAggregate returns the id of the earliest RECEIVED or FAILED event of the
+// aggregate, if any.
+func NextPendingInAggregate(ctx context.Context, db DB, aggregateID string) (string, bool, error) {
+	var id string
+	err := db.QueryRow(ctx, `
+		SELECT id::TEXT FROM journal
+		WHERE aggregate_id = $1 AND status IN ('RECEIVED', 'FAILED')
+		ORDER BY sequence_no LIMIT 1`, aggregateID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("finding next pending event of aggregate %q: %w", aggregateID, err)
+	}
+	return id, true, nil
+}
+
+// maxErrorText bounds last_error: a handler may return a huge error string.
+const maxErrorText = 4000
+
+func errorText(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	return s[:maxErrorText] + "…"
+}
+
+// MarkProcessed records a successful handler run. attempts counts handler runs.
+func MarkProcessed(ctx context.Context, tx DB, id string) error {
+	return transition(ctx, tx, id, `
+		UPDATE journal SET status = 'PROCESSED', attempts = attempts + 1, last_error = NULL,
+		       processed_at = now(), updated_at = now()
+		WHERE id = $1`)
+}
+
+// MarkRejected records a business rejection: terminal, never retried.
+func MarkRejected(ctx context.Context, tx DB, id, reason string) error {
+	return transition(ctx, tx, id, `
+		UPDATE journal SET status = 'REJECTED', attempts = attempts + 1, last_error = $2,
+		       processed_at = now(), updated_at = now()
+		WHERE id = $1`, errorText(reason))
+}
+
+// MarkFailed records a failed attempt to be retried after backoff.
+func MarkFailed(ctx context.Context, tx DB, id, reason string, backoff time.Duration) error {
+	return transition(ctx, tx, id, `
+		UPDATE journal SET status = 'FAILED', attempts = attempts + 1, last_error = $2,
+		       next_attempt_at = now() + $3 * INTERVAL '1 millisecond', updated_at = now()
+		WHERE id = $1`, errorText(reason), backoff.Milliseconds())
+}
+
+// MarkDead records the last failed attempt: an operator has to act.
+func MarkDead(ctx context.Context, tx DB, id, reason string) error {
+	return transition(ctx, tx, id, `
+		UPDATE journal SET status = 'DEAD', attempts = attempts + 1, last_error = $2, updated_at = now()
+		WHERE id = $1`, errorText(reason))
+}
+
+func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
+	tag, err := tx.Exec(ctx, sql, append([]any{id}, args...)...)
+	if err != nil {
+		return fmt.Errorf("updating status of journal entry %s: %w", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("updating status of journal entry %s: %d rows affected", id, tag.RowsAffected())
+	}
+	return nil
+}
+
+// Claimed is an entry the sweeper took.
+type Claimed struct {
+	ID          string
+	Status      string
+	AggregateID string
+	SequenceNo  int64
+}
+
+// ClaimDue takes up to limit entries that need the sweeper: FAILED entries whose
+// next_attempt_at has passed, and RECEIVED entries older than grace (the changefeed
+// should have delivered them by then). Claiming pushes next_attempt_at lease into the
+// future, so that other inboxd instances' sweepers skip these rows while this one works
+// on them and take them over if it dies; SKIP LOCKED keeps concurrent sweepers and
+// in-flight webhook transactions from waiting on one another.
+//
+// next_attempt_at doubles as the RECEIVED entries' age (ingest sets it to now()), so
+// one partial index (journal_pending) serves both kinds.
+func ClaimDue(ctx context.Context, db DB, grace, lease time.Duration, limit int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, `
+		UPDATE journal SET next_attempt_at = now() + $3 * INTERVAL '1 millisecond'
+		WHERE id IN (
+			SELECT id FROM journal
+			WHERE status IN ('RECEIVED', 'FAILED') AND next_attempt_at <= now()
+			  AND (status = 'FAILED' OR next_attempt_at <= now() - $1 * INTERVAL '1 millisecond')
+			ORDER BY next_attempt_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		RETURNING id::TEXT, status, aggregate_id, sequence_no`,
+		grace.Milliseconds(), limit, lease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var c Claimed
+		err := r.Scan(&c.ID, &c.Status, &c.AggregateID, &c.SequenceNo)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+	}
+	return out, nil
+}
+
+// CountByStatus returns the number of entries in one status.
+func CountByStatus(ctx context.Context, db DB, status string) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, status).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting %s journal entries: %w", status, err)
+	}
+	return n, nil
+}
+
+// RowsAsJSON returns journal entries as JSON objects, one key per column, the way a
+// changefeed renders a row in "after" (ids and timestamps as strings, payload as a
+// nested object). It serves tools and tests that replay rows to the webhook. ids nil
+// means every entry, in sequence_no order.
+func RowsAsJSON(ctx context.Context, db DB, ids []string) ([]json.RawMessage, error) {
+	rows, err := db.Query(ctx, `
+		SELECT row_to_json(j)::TEXT FROM journal AS j
+		WHERE $1::UUID[] IS NULL OR j.id = ANY ($1::UUID[])
+		ORDER BY j.sequence_no`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading journal rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (json.RawMessage, error) {
+		var s string
+		err := r.Scan(&s)
+		return json.RawMessage(s), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading journal rows: %w", err)
+	}
+	return out, nil
+}

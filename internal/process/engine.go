@@ -1,0 +1,400 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
+)
+
+// DB is what the engine needs of the database: a *pgxpool.Pool.
+type DB interface {
+	crdbpgx.Conn
+	journal.DB
+}
+
+// Config tunes the engine. Zero values take the defaults.
+type Config struct {
+	// Concurrency bounds the event transactions running at once, across all batches.
+	// Keep it at or below the pool's MaxConns. Default 8.
+	Concurrency int
+	// MaxAttempts is the number of handler runs after which a failing event goes DEAD.
+	// Default 10.
+	MaxAttempts int
+	// BaseBackoff is the delay before the first retry; it doubles per attempt up to
+	// MaxBackoff, and the actual delay is drawn from [d/2, d] so that events failing
+	// together do not retry together. Defaults 1s and 5m.
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BaseBackoff <= 0 {
+		c.BaseBackoff = time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.MaxBackoff < c.BaseBackoff {
+		c.MaxBackoff = c.BaseBackoff
+	}
+	return c
+}
+
+// Backoff returns the delay before the retry that follows failed attempt number
+// attempt (1-based), jitter included.
+func (c Config) Backoff(attempt int) time.Duration {
+	c = c.withDefaults()
+	d := c.BaseBackoff
+	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	if d > c.MaxBackoff {
+		d = c.MaxBackoff
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// Outcome is what one processing transaction did with an event.
+type Outcome string
+
+const (
+	OutcomeProcessed Outcome = "processed" // handler succeeded, status PROCESSED
+	OutcomeRejected  Outcome = "rejected"  // business rejection, status REJECTED
+	OutcomeFailed    Outcome = "failed"    // handler failed, status FAILED, retried later
+	OutcomeDead      Outcome = "dead"      // handler failed for the last time, status DEAD
+	OutcomeNoop      Outcome = "noop"      // no longer pending (duplicate delivery) or unknown id
+	OutcomeDeferred  Outcome = "deferred"  // an earlier event of the aggregate is pending
+	OutcomeNotDue    Outcome = "not_due"   // FAILED and its next attempt is in the future
+)
+
+// completes reports whether the event left RECEIVED/FAILED, unblocking its successors.
+func (o Outcome) completes() bool {
+	return o == OutcomeProcessed || o == OutcomeRejected || o == OutcomeDead
+}
+
+// Item is an event to process. AggregateID and SequenceNo, when known, let a batch
+// run each aggregate's events in order without waiting for one another; when unknown
+// the item is its own group and the database-side ordering check still applies.
+type Item struct {
+	ID          string
+	AggregateID string
+	SequenceNo  int64
+}
+
+// Engine processes journal entries. It is safe for concurrent use.
+type Engine struct {
+	db  DB
+	reg *Registry
+	cfg Config
+	m   *metrics.Metrics
+	log *slog.Logger
+	sem chan struct{}
+}
+
+// maxChain bounds how many successors one completion processes inline; anything left
+// is found by later deliveries or by the sweeper.
+const maxChain = 1000
+
+// New builds an engine. m and log may be nil.
+func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger) *Engine {
+	cfg = cfg.withDefaults()
+	if m == nil {
+		m = metrics.New()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency)}
+}
+
+// Registry returns the engine's handler registry.
+func (e *Engine) Registry() *Registry { return e.reg }
+
+// Process processes one event, then the successors of its aggregate it unblocked.
+func (e *Engine) Process(ctx context.Context, id string) (Outcome, error) {
+	out, agg, err := e.processOne(ctx, id, false)
+	if err != nil {
+		return "", err
+	}
+	if out.completes() {
+		if _, err := e.chain(ctx, agg, nil); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// ProcessBatch processes items and returns their outcomes in the same order. Items of
+// one aggregate run one after another in sequence order; aggregates run in parallel.
+// The error is non-nil when some outcome could not be recorded (database unavailable):
+// the caller must have the batch redelivered; everything already recorded stays, and
+// redelivery turns it into no-ops.
+func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, error) {
+	return e.processItems(ctx, items, false)
+}
+
+func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) ([]Outcome, error) {
+	outcomes := make([]Outcome, len(items))
+	if len(items) == 0 {
+		return outcomes, nil
+	}
+	// Group by aggregate, each group in sequence order, groups in order of appearance.
+	type group struct {
+		agg   string
+		items []int
+	}
+	var groups []*group
+	byAgg := map[string]*group{}
+	for i, it := range items {
+		key := it.AggregateID
+		if key == "" {
+			key = "\x00" + it.ID // unknown aggregate: a group of its own
+		}
+		g := byAgg[key]
+		if g == nil {
+			g = &group{agg: it.AggregateID}
+			byAgg[key] = g
+			groups = append(groups, g)
+		}
+		g.items = append(g.items, i)
+	}
+	for _, g := range groups {
+		sort.SliceStable(g.items, func(a, b int) bool { return items[g.items[a]].SequenceNo < items[g.items[b]].SequenceNo })
+	}
+
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	work := make(chan *group)
+	workers := min(e.cfg.Concurrency, len(groups))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range work {
+				done := map[string]Outcome{}
+				for _, i := range g.items {
+					id := items[i].ID
+					if out, ok := done[id]; ok {
+						outcomes[i] = out
+						continue
+					}
+					out, agg, err := e.processOne(ctx, id, claimed)
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						break // later events of this aggregate would only be deferred
+					}
+					outcomes[i] = out
+					done[id] = out
+					if agg == "" {
+						agg = items[i].AggregateID
+					}
+					// A no-op chains too: the event was completed elsewhere, but whoever
+					// did may have failed to go on to its successors (database lost right
+					// after the commit). Any delivery thus drives its aggregate forward.
+					if (out.completes() || out == OutcomeNoop) && agg != "" {
+						if _, err := e.chain(ctx, agg, done); err != nil {
+							mu.Lock()
+							errs = append(errs, err)
+							mu.Unlock()
+							break
+						}
+					}
+				}
+			}
+		}()
+	}
+	for _, g := range groups {
+		work <- g
+	}
+	close(work)
+	wg.Wait()
+	return outcomes, errors.Join(errs...)
+}
+
+// chain processes the pending events of an aggregate, earliest first, for as long as
+// each one completes. done, when not nil, receives the outcomes.
+func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome) (int, error) {
+	n := 0
+	for n < maxChain {
+		next, ok, err := journal.NextPendingInAggregate(ctx, e.db, agg)
+		if err != nil || !ok {
+			return n, err
+		}
+		out, _, err := e.processOne(ctx, next, false)
+		if err != nil {
+			return n, err
+		}
+		n++
+		if done != nil {
+			done[next] = out
+		}
+		if !out.completes() {
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// processOne runs the processing transaction of one event and returns its outcome
+// and aggregate. claimed means the sweeper leased the row, which moved next_attempt_at
+// into the future: the due check is then the sweeper's, already made.
+func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outcome, string, error) {
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
+	defer func() { <-e.sem }()
+
+	start := time.Now()
+	var (
+		out      Outcome
+		ev       Event
+		lastErr  error
+		attempts int
+	)
+	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
+		out, ev, lastErr = "", Event{}, nil // the function may run more than once
+		p, found, err := journal.LockPending(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if !found {
+			out = OutcomeNoop
+			return nil
+		}
+		ev = Event{ID: p.ID, Type: p.EventType, AggregateID: p.AggregateID, SequenceNo: p.SequenceNo,
+			Tag: p.Tag, Payload: p.Payload, Attempt: p.Attempts + 1}
+		attempts = ev.Attempt
+		if p.Status == journal.StatusFailed && !p.Due && !claimed {
+			out = OutcomeNotDue
+			return nil
+		}
+		blocked, err := journal.HasPendingPredecessor(ctx, tx, p.AggregateID, p.SequenceNo)
+		if err != nil {
+			return err
+		}
+		if blocked {
+			out = OutcomeDeferred
+			return nil
+		}
+
+		herr, err := e.runHandler(ctx, tx, ev)
+		if err != nil {
+			return err
+		}
+		lastErr = herr
+		switch {
+		case herr == nil:
+			out = OutcomeProcessed
+			return journal.MarkProcessed(ctx, tx, id)
+		case errors.Is(herr, ErrRejected):
+			out = OutcomeRejected
+			return journal.MarkRejected(ctx, tx, id, herr.Error())
+		case ev.Attempt >= e.cfg.MaxAttempts:
+			out = OutcomeDead
+			return journal.MarkDead(ctx, tx, id, herr.Error())
+		default:
+			out = OutcomeFailed
+			return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(ev.Attempt))
+		}
+	})
+	typ := ev.Type
+	if typ == "" {
+		typ = "unknown"
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("processing event %s: %w", id, err)
+	}
+	e.m.ProcessSeconds.WithLabelValues(typ).Observe(time.Since(start).Seconds())
+	e.m.Processed.WithLabelValues(typ, string(out)).Inc()
+	switch out {
+	case OutcomeFailed:
+		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
+	case OutcomeDead:
+		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
+	case OutcomeRejected:
+		e.log.Info("event rejected", "id", id, "type", typ, "reason", lastErr)
+	}
+	return out, ev.AggregateID, nil
+}
+
+// runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
+// failure, its effects rolled back; err means the transaction itself is broken (or
+// must be retried as a whole) and nothing can be recorded in it.
+func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
+	h, ok := e.reg.Lookup(ev.Type)
+	if !ok {
+		return fmt.Errorf("%w %q (register one and retry the event)", ErrNoHandler, ev.Type), nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
+		return nil, fmt.Errorf("opening handler savepoint: %w", err)
+	}
+	herr := callHandler(ctx, h, handlerTx{tx}, ev)
+	if herr == nil {
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
+			if isRetryable(err) {
+				return nil, err
+			}
+			// The handler swallowed an error that aborted the transaction.
+			herr = fmt.Errorf("handler left the transaction unusable: %w", err)
+		} else {
+			return nil, nil
+		}
+	}
+	if isRetryable(herr) {
+		return nil, herr // restart the whole transaction, do not count an attempt
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("running handler: %w", ctx.Err())
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_handler"); err != nil {
+		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
+	}
+	return herr, nil
+}
+
+func callHandler(ctx context.Context, h Handler, tx pgx.Tx, ev Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h.Handle(ctx, tx, ev)
+}
+
+// errHandlerTxEnd is what a handler gets for trying to end the processing transaction.
+var errHandlerTxEnd = errors.New("handlers must not commit or roll back the processing transaction; return an error instead")
+
+// handlerTx is the transaction handed to handlers: everything but ending it. Begin
+// (a nested savepoint) stays available.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return errHandlerTxEnd }
+func (handlerTx) Rollback(context.Context) error { return errHandlerTxEnd }

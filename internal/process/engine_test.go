@@ -1,0 +1,297 @@
+package process_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/process"
+	pt "github.com/inboxd/inboxd/internal/process/processtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func newEngine(t *testing.T, db *testenv.DB, cfg process.Config) (*process.Engine, *pt.Effects, *metrics.Metrics) {
+	t.Helper()
+	fx := pt.NewEffects(t, db.Pool)
+	reg := process.NewRegistry()
+	reg.Register(pt.EffectType, fx)
+	m := metrics.New()
+	if cfg.BaseBackoff == 0 {
+		cfg.BaseBackoff = time.Millisecond
+		cfg.MaxBackoff = 5 * time.Millisecond
+	}
+	return process.New(db.Pool, reg, cfg, m, nil), fx, m
+}
+
+func TestProcessOutcomes(t *testing.T) {
+	tests := []struct {
+		name         string
+		spec         pt.Spec
+		runs         int // Process calls, each after the previous backoff elapsed
+		want         process.Outcome
+		status       string
+		attempts     int
+		errContains  string
+		effects      int
+		handlerCalls int
+	}{
+		{name: "success", spec: pt.Spec{}, runs: 1, want: process.OutcomeProcessed, status: "PROCESSED", attempts: 1, effects: 1, handlerCalls: 1},
+		{name: "replay is a no-op", spec: pt.Spec{}, runs: 3, want: process.OutcomeNoop, status: "PROCESSED", attempts: 1, effects: 1, handlerCalls: 1},
+		{name: "rejection is terminal", spec: pt.Spec{Reject: true}, runs: 2, want: process.OutcomeNoop, status: "REJECTED", attempts: 1, errContains: "simulated rejection", handlerCalls: 1},
+		{name: "failure records backoff", spec: pt.Spec{Always: true}, runs: 1, want: process.OutcomeFailed, status: "FAILED", attempts: 1, errContains: "permanent failure", handlerCalls: 1},
+		{name: "fails twice then succeeds", spec: pt.Spec{FailTimes: 2}, runs: 3, want: process.OutcomeProcessed, status: "PROCESSED", attempts: 3, effects: 1, handlerCalls: 3},
+		{name: "dead after max attempts", spec: pt.Spec{Always: true}, runs: 3, want: process.OutcomeDead, status: "DEAD", attempts: 3, errContains: "attempt 3", handlerCalls: 3},
+		{name: "unknown type", spec: pt.Spec{Type: "nobody-handles-this"}, runs: 1, want: process.OutcomeFailed, status: "FAILED", attempts: 1, errContains: `no handler registered for event type "nobody-handles-this"`},
+		{name: "40001 retries the transaction, not an attempt", spec: pt.Spec{Conflicts: 2}, runs: 1, want: process.OutcomeProcessed, status: "PROCESSED", attempts: 1, effects: 1, handlerCalls: 3},
+		{name: "panic is a failure", spec: pt.Spec{Panic: true}, runs: 1, want: process.OutcomeFailed, status: "FAILED", attempts: 1, errContains: "panicked", handlerCalls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := testenv.NewDB(t)
+			e, fx, m := newEngine(t, db, process.Config{MaxAttempts: 3})
+			id := pt.Ingest(t, db.Pool, pt.Payload(tt.spec))[0]
+			var got process.Outcome
+			for i := 0; i < tt.runs; i++ {
+				if i > 0 {
+					waitDue(t, db, id)
+				}
+				var err error
+				if got, err = e.Process(context.Background(), id); err != nil {
+					t.Fatalf("run %d: %v", i+1, err)
+				}
+			}
+			if got != tt.want {
+				t.Errorf("outcome = %q, want %q", got, tt.want)
+			}
+			status, attempts, lastErr := pt.Status(t, db.Pool, id)
+			if status != tt.status || attempts != tt.attempts {
+				t.Errorf("status, attempts = %s, %d; want %s, %d (last_error %q)", status, attempts, tt.status, tt.attempts, lastErr)
+			}
+			if !strings.Contains(lastErr, tt.errContains) {
+				t.Errorf("last_error = %q, want it to contain %q", lastErr, tt.errContains)
+			}
+			r := pt.Check(t, db.Pool)
+			if r.Effects != tt.effects {
+				t.Errorf("effects = %d, want %d (failed attempts must leave none)", r.Effects, tt.effects)
+			}
+			if c := fx.Calls(id); c != tt.handlerCalls {
+				t.Errorf("handler calls = %d, want %d", c, tt.handlerCalls)
+			}
+			if tt.spec.Type == "" {
+				if v := counterValue(t, m, "inboxd_process_outcomes_total", "outcome", string(tt.want)); v < 1 {
+					t.Errorf("outcome %s not counted", tt.want)
+				}
+			}
+		})
+	}
+}
+
+// waitDue waits until a FAILED entry's next attempt is due (backoff is milliseconds here).
+func waitDue(t *testing.T, db *testenv.DB, id string) {
+	t.Helper()
+	testenv.Eventually(t, 5*time.Second, "next attempt due", func() bool {
+		var due bool
+		if err := db.Pool.QueryRow(context.Background(), `SELECT next_attempt_at <= now() FROM journal WHERE id = $1`, id).Scan(&due); err != nil {
+			t.Fatal(err)
+		}
+		return due
+	})
+}
+
+func TestNotDueFailedIsLeftAlone(t *testing.T) {
+	db := testenv.NewDB(t)
+	e, fx, _ := newEngine(t, db, process.Config{BaseBackoff: time.Hour, MaxBackoff: time.Hour})
+	id := pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{FailTimes: 1}))[0]
+	for _, want := range []process.Outcome{process.OutcomeFailed, process.OutcomeNotDue} {
+		got, err := e.Process(context.Background(), id)
+		if err != nil || got != want {
+			t.Fatalf("outcome = %q, %v; want %q", got, err, want)
+		}
+	}
+	if fx.Calls(id) != 1 {
+		t.Errorf("handler ran %d times, want 1 (the retry is not due)", fx.Calls(id))
+	}
+}
+
+func TestHandlerMustNotEndTheTransaction(t *testing.T) {
+	db := testenv.NewDB(t)
+	reg := process.NewRegistry()
+	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		return tx.Commit(ctx)
+	}))
+	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
+	id := pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))[0]
+	if got, err := e.Process(context.Background(), id); err != nil || got != process.OutcomeFailed {
+		t.Fatalf("outcome = %q, %v; want failed", got, err)
+	}
+}
+
+func TestHandlerSwallowingDatabaseError(t *testing.T) {
+	db := testenv.NewDB(t)
+	reg := process.NewRegistry()
+	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		_, _ = tx.Exec(ctx, `SELECT 1/0`) // aborts the transaction; the handler ignores it
+		return nil
+	}))
+	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
+	id := pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))[0]
+	got, err := e.Process(context.Background(), id)
+	if err != nil || got != process.OutcomeFailed {
+		t.Fatalf("outcome = %q, %v; want failed", got, err)
+	}
+	if _, _, le := pt.Status(t, db.Pool, id); !strings.Contains(le, "unusable") {
+		t.Errorf("last_error = %q", le)
+	}
+}
+
+func TestOrdering(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	e, fx, _ := newEngine(t, db, process.Config{MaxAttempts: 2, BaseBackoff: time.Hour, MaxBackoff: time.Hour})
+	ids := pt.Ingest(t, db.Pool,
+		pt.Payload(pt.Spec{Aggregate: "a", FailTimes: 1}), // 0: fails once, retry in an hour
+		pt.Payload(pt.Spec{Aggregate: "a"}),               // 1
+		pt.Payload(pt.Spec{Aggregate: "a"}),               // 2
+		pt.Payload(pt.Spec{Aggregate: "b"}),               // 3: other aggregate, independent
+	)
+	// Later events are deferred while the first is pending.
+	for _, i := range []int{2, 1} {
+		if got, err := e.Process(ctx, ids[i]); err != nil || got != process.OutcomeDeferred {
+			t.Fatalf("event %d: %q, %v; want deferred", i, got, err)
+		}
+	}
+	if got, _ := e.Process(ctx, ids[3]); got != process.OutcomeProcessed {
+		t.Fatalf("other aggregate: %q, want processed", got)
+	}
+	// The first fails: still pending, still blocking.
+	if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeFailed {
+		t.Fatalf("first: %q, want failed", got)
+	}
+	if got, _ := e.Process(ctx, ids[1]); got != process.OutcomeDeferred {
+		t.Fatalf("second behind FAILED first: %q, want deferred", got)
+	}
+	// Make the retry due; processing the first now chains to 1 and 2.
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET next_attempt_at = now() WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeProcessed {
+		t.Fatalf("first retried: %q, want processed", got)
+	}
+	for _, id := range ids {
+		if s, _, _ := pt.Status(t, db.Pool, id); s != journal.StatusProcessed {
+			t.Errorf("%s: %s, want PROCESSED (chained)", id, s)
+		}
+	}
+	pt.Check(t, db.Pool)
+	if fx.Calls(ids[1]) != 1 || fx.Calls(ids[2]) != 1 {
+		t.Errorf("deferred events ran their handler before their turn")
+	}
+}
+
+func TestDeadPredecessorDoesNotBlock(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	e, _, _ := newEngine(t, db, process.Config{MaxAttempts: 1})
+	ids := pt.Ingest(t, db.Pool,
+		pt.Payload(pt.Spec{Aggregate: "a", Always: true}),
+		pt.Payload(pt.Spec{Aggregate: "a", Reject: true}),
+		pt.Payload(pt.Spec{Aggregate: "a"}),
+	)
+	if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeDead {
+		t.Fatalf("first: %q, want dead", got)
+	}
+	want := []string{"DEAD", "REJECTED", "PROCESSED"}
+	for i, id := range ids {
+		if s, _, _ := pt.Status(t, db.Pool, id); s != want[i] {
+			t.Errorf("event %d: %s, want %s", i, s, want[i])
+		}
+	}
+}
+
+func TestProcessBatchOrdersWithinBatch(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	e, _, _ := newEngine(t, db, process.Config{Concurrency: 4})
+	var payloads [][]byte
+	for i := 0; i < 60; i++ {
+		payloads = append(payloads, pt.Payload(pt.Spec{Aggregate: []string{"a", "b", "c"}[i%3]}))
+	}
+	ids := pt.Ingest(t, db.Pool, payloads...)
+	rows, err := journal.RowsAsJSON(ctx, db.Pool, nil)
+	if err != nil || len(rows) != len(ids) {
+		t.Fatalf("rows: %d, %v", len(rows), err)
+	}
+	// Reverse order and no sequence numbers known: the database check still orders.
+	items := make([]process.Item, len(ids))
+	for i, id := range ids {
+		items[len(ids)-1-i] = process.Item{ID: id}
+	}
+	if _, err := e.ProcessBatch(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	if n := pt.CountStatus(t, db.Pool, "PROCESSED"); n != len(ids) {
+		t.Errorf("processed = %d, want %d", n, len(ids))
+	}
+	pt.Check(t, db.Pool)
+}
+
+func TestBackoff(t *testing.T) {
+	c := process.Config{BaseBackoff: time.Second, MaxBackoff: 10 * time.Second}
+	for _, tt := range []struct {
+		attempt  int
+		min, max time.Duration
+	}{{1, 500 * time.Millisecond, time.Second}, {2, time.Second, 2 * time.Second}, {4, 4 * time.Second, 8 * time.Second}, {5, 5 * time.Second, 10 * time.Second}, {60, 5 * time.Second, 10 * time.Second}} {
+		for i := 0; i < 50; i++ {
+			if d := c.Backoff(tt.attempt); d < tt.min || d > tt.max {
+				t.Fatalf("Backoff(%d) = %s, want in [%s, %s]", tt.attempt, d, tt.min, tt.max)
+			}
+		}
+	}
+}
+
+func TestReject(t *testing.T) {
+	base := errors.New("bad input")
+	err := process.Reject(base)
+	if !errors.Is(err, process.ErrRejected) || !errors.Is(err, base) || err.Error() != "bad input" {
+		t.Errorf("Reject(base) = %v", err)
+	}
+	if process.Reject(nil) != nil {
+		t.Error("Reject(nil) != nil")
+	}
+	if errors.Is(base, process.ErrRejected) {
+		t.Error("plain error is a rejection")
+	}
+}
+
+func counterValue(t *testing.T, m *metrics.Metrics, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					if mt.Counter != nil {
+						sum += mt.Counter.GetValue()
+					}
+					if mt.Gauge != nil {
+						sum += mt.Gauge.GetValue()
+					}
+				}
+			}
+		}
+	}
+	return sum
+}

@@ -1,0 +1,242 @@
+// Package processtest helps test processing end to end: it journals synthetic events
+// and provides a handler whose business effect is a row in a test table, so that a
+// test can check every event's effect happened exactly once and in aggregate order.
+package processtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/process"
+)
+
+// EffectType is the event type the Effects handler is registered for.
+const EffectType = "effect"
+
+// Spec describes a synthetic event and how its handler behaves.
+type Spec struct {
+	ID        string `json:"id"`             // generated when empty
+	Type      string `json:"type,omitempty"` // default EffectType
+	Aggregate string `json:"aggregateId,omitempty"`
+	FailTimes int    `json:"failTimes,omitempty"` // fail attempts 1..FailTimes, then succeed
+	Always    bool   `json:"alwaysFail,omitempty"`
+	Reject    bool   `json:"reject,omitempty"`
+	Conflicts int    `json:"conflicts,omitempty"` // return SQLSTATE 40001 on the first n runs
+	Panic     bool   `json:"panic,omitempty"`
+	Extra     any    `json:"extra,omitempty"`
+}
+
+// NewID returns a random UUID.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Payload renders the spec, filling in the id and type.
+func Payload(s Spec) []byte {
+	if s.ID == "" {
+		s.ID = NewID()
+	}
+	if s.Type == "" {
+		s.Type = EffectType
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Ingest journals the payloads, in order (so sequence_no follows the argument order),
+// and returns their ids.
+func Ingest(t testing.TB, db journal.DB, payloads ...[]byte) []string {
+	t.Helper()
+	var b journal.Batch
+	ids := make([]string, 0, len(payloads))
+	for _, p := range payloads {
+		ev, err := message.Decode(p, func(string) string { return "" }, message.Options{DefaultEventType: EffectType})
+		if err != nil {
+			t.Fatalf("decoding %s: %v", p, err)
+		}
+		b.Entries = append(b.Entries, journal.Entry{Event: ev, Destination: "/queue/test"})
+		ids = append(ids, ev.ID)
+	}
+	// Ingest in chunks: one statement per chunk keeps the parameter arrays small.
+	for len(b.Entries) > 0 {
+		n := min(500, len(b.Entries))
+		if _, err := journal.Ingest(context.Background(), db, journal.Batch{Entries: b.Entries[:n]}); err != nil {
+			t.Fatalf("ingesting: %v", err)
+		}
+		b.Entries = b.Entries[n:]
+	}
+	return ids
+}
+
+// Effects is a handler whose business effect is one row in test_effects per event.
+type Effects struct {
+	mu        sync.Mutex
+	conflicts map[string]int
+	calls     map[string]int
+}
+
+// NewEffects creates the test_effects table and returns the handler.
+func NewEffects(t testing.TB, db journal.DB) *Effects {
+	t.Helper()
+	// No unique key on purpose: a second effect for one event must be visible, not refused.
+	if _, err := db.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS test_effects (
+		n            BIGINT GENERATED ALWAYS AS IDENTITY,
+		event_id     UUID   NOT NULL,
+		aggregate_id TEXT   NOT NULL,
+		sequence_no  BIGINT NOT NULL)`); err != nil {
+		t.Fatalf("creating test_effects: %v", err)
+	}
+	return &Effects{conflicts: map[string]int{}, calls: map[string]int{}}
+}
+
+// Calls returns how many times the handler ran for an event (transaction retries and
+// failed attempts included).
+func (e *Effects) Calls(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[id]
+}
+
+// Handle implements process.Handler. It writes the effect first and fails afterwards,
+// so a failure also proves the effect was rolled back.
+func (e *Effects) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	var s Spec
+	if err := json.Unmarshal(ev.Payload, &s); err != nil {
+		return process.Reject(err)
+	}
+	e.mu.Lock()
+	e.calls[ev.ID]++
+	conflict := e.conflicts[ev.ID] < s.Conflicts
+	if conflict {
+		e.conflicts[ev.ID]++
+	}
+	e.mu.Unlock()
+	if _, err := tx.Exec(ctx, `INSERT INTO test_effects (event_id, aggregate_id, sequence_no) VALUES ($1, $2, $3)`,
+		ev.ID, ev.AggregateID, ev.SequenceNo); err != nil {
+		return err
+	}
+	switch {
+	case conflict:
+		return fmt.Errorf("simulated conflict: %w", &pgconn.PgError{Code: "40001", Message: "restart transaction"})
+	case s.Panic:
+		panic("simulated panic")
+	case s.Reject:
+		return process.Reject(errors.New("simulated rejection"))
+	case s.Always:
+		return fmt.Errorf("simulated permanent failure (attempt %d)", ev.Attempt)
+	case ev.Attempt <= s.FailTimes:
+		return fmt.Errorf("simulated transient failure (attempt %d of %d failing)", ev.Attempt, s.FailTimes)
+	}
+	return nil
+}
+
+// Report is what Check found.
+type Report struct {
+	Events    int            // journal entries
+	ByStatus  map[string]int // journal entries by status
+	Effects   int            // rows in test_effects
+	Distinct  int            // distinct events with an effect
+	Duplicate int            // events with more than one effect
+}
+
+// Check asserts the exactly-once invariant: every PROCESSED effect event has exactly
+// one effect row, no other event has any, and each aggregate's effects were applied in
+// sequence_no order.
+func Check(t testing.TB, db journal.DB) Report {
+	t.Helper()
+	ctx := context.Background()
+	r := Report{ByStatus: map[string]int{}}
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
+	if err != nil {
+		t.Fatalf("counting statuses: %v", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		r.ByStatus[s] = n
+		r.Events += n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id) FROM test_effects`).Scan(&r.Effects, &r.Distinct); err != nil {
+		t.Fatalf("counting effects: %v", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT event_id FROM test_effects GROUP BY event_id HAVING count(*) > 1) AS d`).Scan(&r.Duplicate); err != nil {
+		t.Fatal(err)
+	}
+	if r.Duplicate > 0 {
+		t.Errorf("%d events have more than one effect", r.Duplicate)
+	}
+	var missing, orphan int
+	if err := db.QueryRow(ctx, `
+		SELECT
+		  (SELECT count(*) FROM journal j WHERE j.status = 'PROCESSED' AND j.event_type = $1
+		     AND NOT EXISTS (SELECT 1 FROM test_effects e WHERE e.event_id = j.id)),
+		  (SELECT count(*) FROM test_effects e JOIN journal j ON j.id = e.event_id WHERE j.status <> 'PROCESSED')`,
+		EffectType).Scan(&missing, &orphan); err != nil {
+		t.Fatal(err)
+	}
+	if missing > 0 {
+		t.Errorf("%d PROCESSED events have no effect", missing)
+	}
+	if orphan > 0 {
+		t.Errorf("%d effects belong to events that are not PROCESSED", orphan)
+	}
+	var disorder int
+	if err := db.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT sequence_no < lag(sequence_no) OVER (PARTITION BY aggregate_id ORDER BY n) AS back
+			FROM test_effects) AS o
+		WHERE back`).Scan(&disorder); err != nil {
+		t.Fatal(err)
+	}
+	if disorder > 0 {
+		t.Errorf("%d effects were applied before an earlier event of their aggregate", disorder)
+	}
+	return r
+}
+
+// Status returns an entry's status and attempts.
+func Status(t testing.TB, db journal.DB, id string) (status string, attempts int, lastError string) {
+	t.Helper()
+	var le *string
+	if err := db.QueryRow(context.Background(), `SELECT status, attempts, last_error FROM journal WHERE id = $1`, id).
+		Scan(&status, &attempts, &le); err != nil {
+		t.Fatalf("reading status of %s: %v", id, err)
+	}
+	if le != nil {
+		lastError = *le
+	}
+	return status, attempts, lastError
+}
+
+// CountStatus returns the number of entries in a status.
+func CountStatus(t testing.TB, db journal.DB, status string) int {
+	t.Helper()
+	n, err := journal.CountByStatus(context.Background(), db, status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n)
+}

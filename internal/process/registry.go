@@ -1,0 +1,114 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Event is what a handler sees of a journal entry.
+type Event struct {
+	// ID is the journal id, the payload's "id". Use it as the idempotency key for any
+	// effect outside the database.
+	ID          string
+	Type        string
+	AggregateID string
+	SequenceNo  int64
+	// Tag is where the event came from (the STOMP destination).
+	Tag     string
+	Payload json.RawMessage
+	// Attempt is 1 on the first run, 2 on the first retry, and so on.
+	Attempt int
+}
+
+// Handler applies one event's business effect inside tx.
+//
+// Return nil on success, an error wrapped by Reject for invalid business input
+// (REJECTED, not retried), and any other error for a failure worth retrying.
+type Handler interface {
+	Handle(ctx context.Context, tx pgx.Tx, ev Event) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, tx pgx.Tx, ev Event) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, ev Event) error { return f(ctx, tx, ev) }
+
+// ErrRejected marks a business rejection: errors.Is(err, ErrRejected) for any error
+// built by Reject.
+var ErrRejected = errors.New("rejected")
+
+// ErrNoHandler is the failure recorded for an event type nobody registered. It is
+// retried like any failure, so registering a handler and retrying the event (or just
+// waiting for the next attempt) recovers it.
+var ErrNoHandler = errors.New("no handler registered for event type")
+
+type rejection struct{ err error }
+
+func (r rejection) Error() string        { return r.err.Error() }
+func (r rejection) Unwrap() error        { return r.err }
+func (r rejection) Is(target error) bool { return target == ErrRejected }
+
+// Reject marks err as a business rejection. Reject(nil) is nil.
+func Reject(err error) error {
+	if err == nil {
+		return nil
+	}
+	return rejection{err}
+}
+
+// Rejectf is Reject(fmt.Errorf(format, args...)).
+func Rejectf(format string, args ...any) error { return Reject(fmt.Errorf(format, args...)) }
+
+// Registry maps event types to handlers. It is safe for concurrent use, so handlers
+// can be registered while the engine runs.
+type Registry struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{handlers: map[string]Handler{}} }
+
+// Register adds the handler for an event type. Like http.Handle, it panics on an empty
+// type, a nil handler or a type registered twice: those are wiring bugs.
+func (r *Registry) Register(eventType string, h Handler) {
+	if eventType == "" {
+		panic("process: Register with an empty event type")
+	}
+	if h == nil {
+		panic("process: Register with a nil handler for " + eventType)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.handlers[eventType]; dup {
+		panic("process: handler for " + eventType + " registered twice")
+	}
+	r.handlers[eventType] = h
+}
+
+// Lookup returns the handler for an event type.
+func (r *Registry) Lookup(eventType string) (Handler, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.handlers[eventType]
+	return h, ok
+}
+
+// Types returns the registered event types, sorted.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.handlers))
+	for t := range r.handlers {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,188 @@
+// Package registration is the demo business handler: a registration event creates a
+// customer. It owns the SQL of the customers table.
+package registration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/process"
+)
+
+// EventType is the event type this package handles.
+const EventType = "registration"
+
+// Registration is the payload of a registration event.
+type Registration struct {
+	ID           string    `json:"id"`
+	Name         string    `json:"name"`
+	Email        string    `json:"email"`
+	Jurisdiction string    `json:"jurisdiction"`
+	CreatedAt    time.Time `json:"createdAt"`
+}
+
+// Limits on field sizes; the customers table has none, the business does.
+const (
+	MaxNameLen  = 200
+	MaxEmailLen = 254 // RFC 5321 path limit
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid registration")
+
+// ErrEmailTaken is the rejection for an email already registered in the jurisdiction
+// by another event.
+var ErrEmailTaken = errors.New("email already registered in jurisdiction")
+
+// Parse decodes and validates a payload, and normalizes it: jurisdiction and email
+// lower-cased, name and email trimmed. The error wraps ErrInvalid.
+func Parse(payload []byte) (Registration, error) {
+	var r Registration
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return Registration{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := r.Normalize(); err != nil {
+		return Registration{}, err
+	}
+	return r, nil
+}
+
+// Normalize validates r and puts it in canonical form. The error wraps ErrInvalid.
+func (r *Registration) Normalize() error {
+	r.Name = strings.TrimSpace(r.Name)
+	r.Email = strings.ToLower(strings.TrimSpace(r.Email))
+	r.Jurisdiction = strings.ToLower(strings.TrimSpace(r.Jurisdiction))
+	switch {
+	case r.Name == "":
+		return fmt.Errorf("%w: name is required", ErrInvalid)
+	case utf8.RuneCountInString(r.Name) > MaxNameLen:
+		return fmt.Errorf("%w: name is longer than %d characters", ErrInvalid, MaxNameLen)
+	case !utf8.ValidString(r.Name):
+		return fmt.Errorf("%w: name is not valid UTF-8", ErrInvalid)
+	case !plausibleEmail(r.Email):
+		return fmt.Errorf("%w: email %q is not a plausible address", ErrInvalid, truncate(r.Email, 64))
+	case !validJurisdiction(r.Jurisdiction):
+		return fmt.Errorf("%w: jurisdiction %q must be a short code of letters and digits (e.g. mga, ukgc)", ErrInvalid, truncate(r.Jurisdiction, 32))
+	case r.CreatedAt.IsZero():
+		return fmt.Errorf("%w: createdAt is required (RFC 3339)", ErrInvalid)
+	}
+	return nil
+}
+
+// plausibleEmail accepts a bare addr-spec with a dotted domain: no display name, no
+// comments, nothing net/mail would rewrite.
+func plausibleEmail(s string) bool {
+	if s == "" || len(s) > MaxEmailLen {
+		return false
+	}
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Address != s || a.Name != "" {
+		return false
+	}
+	at := strings.LastIndexByte(s, '@')
+	domain := s[at+1:]
+	return at > 0 && strings.Contains(domain, ".") && !strings.HasPrefix(domain, ".") && !strings.HasSuffix(domain, ".")
+}
+
+func validJurisdiction(s string) bool {
+	if len(s) < 2 || len(s) > 10 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Handler creates the customer of a registration event. Invalid input and an email
+// already taken in the jurisdiction are business rejections.
+var Handler process.Handler = process.HandlerFunc(Handle)
+
+// Handle is Handler as a function.
+func Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	r, err := Parse(ev.Payload)
+	if err != nil {
+		return process.Reject(err)
+	}
+	// The customer is keyed by the event, not by the payload's own id field (they are
+	// equal in the journal, but the event id is what makes a replay a no-op).
+	r.ID = ev.ID
+	return Insert(ctx, tx, r)
+}
+
+// Insert creates the customer. A replay of the same event is a no-op; the same email
+// in the same jurisdiction from another event is a rejection wrapping ErrEmailTaken.
+func Insert(ctx context.Context, tx pgx.Tx, r Registration) error {
+	// ON CONFLICT names only the primary key: the (jurisdiction, email) constraint
+	// must still fire for another event, and a statement that hits both for the same
+	// event is a replay, which the arbiter (id) turns into nothing.
+	_, err := tx.Exec(ctx, `
+		INSERT INTO customers (id, jurisdiction, email, name, registered_at)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO NOTHING`, r.ID, r.Jurisdiction, r.Email, r.Name, r.CreatedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return process.Reject(fmt.Errorf("%w: %s in %s", ErrEmailTaken, r.Email, r.Jurisdiction))
+	}
+	if err != nil {
+		return fmt.Errorf("inserting customer %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Customer is a row of customers.
+type Customer struct {
+	ID           string    `json:"id"`
+	Jurisdiction string    `json:"jurisdiction"`
+	Email        string    `json:"email"`
+	Name         string    `json:"name"`
+	RegisteredAt time.Time `json:"registeredAt"`
+	CreatedAt    time.Time `json:"createdAt"`
+}
+
+// Querier is what the read functions need: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Get returns a customer by id (the registration event id).
+func Get(ctx context.Context, db Querier, id string) (Customer, bool, error) {
+	var c Customer
+	err := db.QueryRow(ctx, `
+		SELECT id::TEXT, jurisdiction, email, name, registered_at, created_at FROM customers WHERE id = $1`, id).
+		Scan(&c.ID, &c.Jurisdiction, &c.Email, &c.Name, &c.RegisteredAt, &c.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Customer{}, false, nil
+	}
+	if err != nil {
+		return Customer{}, false, fmt.Errorf("reading customer %s: %w", id, err)
+	}
+	return c, true, nil
+}
+
+// Count returns the number of customers.
+func Count(ctx context.Context, db Querier) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM customers`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting customers: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,56 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// Watermark is a feed's latest resolved timestamp: every journal change committed at
+// or before it has been delivered and its outcome recorded.
+type Watermark struct {
+	Sink      string
+	Resolved  HLC
+	UpdatedAt time.Time
+}
+
+// StoreWatermark records ts for sink unless a later one is already recorded, so that
+// a late or replayed resolved message (several instances receive them) never moves
+// the watermark backwards. The comparison casts the HLC text to DECIMAL, exact on
+// both PostgreSQL and CockroachDB; ParseHLC guarantees the cast succeeds.
+func StoreWatermark(ctx context.Context, db journal.DB, sink string, ts HLC) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO feed_watermark (sink, resolved, resolved_at, updated_at)
+		VALUES ($1, $2, $3, now())
+		ON CONFLICT (sink) DO UPDATE
+		SET resolved = excluded.resolved, resolved_at = excluded.resolved_at, updated_at = now()
+		WHERE feed_watermark.resolved::DECIMAL < excluded.resolved::DECIMAL`,
+		sink, ts.String(), ts.Time())
+	if err != nil {
+		return fmt.Errorf("storing watermark of sink %q: %w", sink, err)
+	}
+	return nil
+}
+
+// ReadWatermark returns the watermark of sink; found is false before the first
+// resolved message.
+func ReadWatermark(ctx context.Context, db journal.DB, sink string) (w Watermark, found bool, err error) {
+	var resolved string
+	err = db.QueryRow(ctx, `SELECT sink, resolved, updated_at FROM feed_watermark WHERE sink = $1`, sink).
+		Scan(&w.Sink, &resolved, &w.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Watermark{}, false, nil
+	}
+	if err != nil {
+		return Watermark{}, false, fmt.Errorf("reading watermark of sink %q: %w", sink, err)
+	}
+	if w.Resolved, err = ParseHLC(resolved); err != nil {
+		return Watermark{}, false, fmt.Errorf("reading watermark of sink %q: %w", sink, err)
+	}
+	return w, true, nil
+}
