@@ -1,0 +1,25 @@
+// Package ingest is the STOMP subscriber that feeds the journal: it reads messages
+// from the broker, decodes them (message.Decode), writes each batch with exactly one
+// journal.Ingest call, and acknowledges the batch only after that call returned nil.
+//
+// Delivery guarantees, per destination:
+//   - a message is acked only after its journal or quarantine row is durably committed,
+//     so a crash at any point loses nothing: the broker redelivers what was not acked;
+//   - a redelivered message collides on the journal's primary key (computed from the
+//     payload's id), so it is counted as a duplicate and never inserted twice;
+//   - when Ingest fails, or its outcome is unknown, nothing of the batch is acked: the
+//     connection is dropped so the broker redelivers, and the subscriber reconnects
+//     with a capped jittered backoff (waiting for the database first when it was the
+//     database that failed).
+//
+// Each destination gets its own connection, subscription and pipeline:
+//
+//	broker ─▶ reader ─▶ batcher (decode, up to BatchSize or Linger) ─▶ committer (Ingest, then ack)
+//
+// The reader drains Subscription.C at once (go-stomp stalls the whole connection,
+// heart-beats and acks included, when that 16-slot channel is full). The batcher
+// collects the next batch while the committer commits the previous one; batches are
+// committed and acked in dispatch order, which is what makes a cumulative ("client")
+// ack of a batch's last message safe: it can only cover messages of this batch or of
+// batches already committed.
+package ingest

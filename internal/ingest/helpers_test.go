@@ -1,0 +1,190 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/loadgen"
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func testLogger(t testing.TB) *slog.Logger {
+	t.Helper()
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// running is a Subscriber started in the background.
+type running struct {
+	*Subscriber
+	m      *metrics.Metrics
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startSubscriber runs a Subscriber until stop or the end of the test.
+func startSubscriber(t *testing.T, cfg Config, db journal.DB, h hooks) *running {
+	t.Helper()
+	m := metrics.New()
+	cfg.Metrics = m
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.Backoff.Initial == 0 {
+		cfg.Backoff = stompx.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	}
+	s, err := New(cfg, db)
+	if err != nil {
+		t.Fatalf("ingest.New: %v", err)
+	}
+	s.hooks = h
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Subscriber: s, m: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop cancels Run and checks that it returns nil promptly.
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok && err != nil {
+			t.Errorf("Run returned %v after cancel, want nil", err)
+		}
+		if ok {
+			close(r.done)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of cancel")
+	}
+}
+
+func (r *running) counter(name, label string) float64 {
+	switch name {
+	case "duplicates":
+		return value(r.m.Duplicates.WithLabelValues(label))
+	case "acked":
+		return value(r.m.Acked.WithLabelValues(label))
+	case "committed":
+		return value(r.m.Committed.WithLabelValues(label))
+	case "received":
+		return value(r.m.Received.WithLabelValues(label))
+	case "reconnects":
+		return value(r.m.Reconnects.WithLabelValues(label))
+	case "quarantined":
+		return value(r.m.Quarantined.WithLabelValues(label))
+	}
+	panic("unknown counter " + name)
+}
+
+func value(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func count(t testing.TB, db journal.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// publish sends one persistent message and waits for the broker's receipt.
+func publish(t testing.TB, addr, dest string, body []byte, headers map[string]string) {
+	t.Helper()
+	p := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, dest, body, headers); err != nil {
+		t.Fatalf("publishing to %s: %v", dest, err)
+	}
+}
+
+// publishPlan publishes a loadgen plan and returns what ingest must produce.
+func publishPlan(t testing.TB, addr, dest string, n int, dup, mal float64, seed uint64) loadgen.Expected {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exp, err := loadgen.Publish(ctx, loadgen.Config{
+		Broker: stompx.Config{Addr: addr}, Destination: dest, Messages: n,
+		DuplicateRatio: dup, MalformedRatio: mal, Seed: seed, Conns: 2, ReceiptEvery: 50,
+	})
+	if err != nil {
+		t.Fatalf("loadgen.Publish: %v", err)
+	}
+	return exp
+}
+
+// waitExact polls until the journal and quarantine hold exactly what exp says.
+func waitExact(t testing.TB, db journal.DB, exp loadgen.Expected, within time.Duration) {
+	t.Helper()
+	var last error
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		last = loadgen.Verify(ctx, db, exp)
+		cancel()
+		if last == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest not exact after %s: %v", within, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// assertDrained proves that no message is left on dest, acked or not: with every
+// consumer gone, a sentinel published now must be the first message a fresh consumer
+// gets, since a queue hands unacked messages back in their original order.
+func assertDrained(t testing.TB, addr, dest string) {
+	t.Helper()
+	sentinel := []byte("sentinel " + testenv.Suffix())
+	publish(t, addr, dest, sentinel, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := stompx.DialConn(ctx, stompx.Config{Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sub, err := conn.Subscribe(dest, stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	select {
+	case m := <-sub.C:
+		if m.Err != nil {
+			t.Fatalf("probing %s: %v", dest, m.Err)
+		}
+		if string(m.Body) != string(sentinel) {
+			t.Fatalf("queue %s not drained: first message is %.80q (redelivered=%s), not the sentinel",
+				dest, m.Body, m.Header.Get("redelivered"))
+		}
+	case <-ctx.Done():
+		t.Fatalf("probing %s: no message within 10s", dest)
+	}
+}
+

@@ -1,0 +1,381 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/stompx"
+)
+
+// Subscriber consumes the configured destinations into the journal. Build it with New
+// and start it with Run.
+type Subscriber struct {
+	cfg   Config
+	db    journal.DB
+	ack   stomp.AckMode
+	ready atomic.Int32
+	hooks hooks
+}
+
+// hooks let tests stop the pipeline at precise points (for example to kill the process
+// between commit and ack). They are nil in production.
+type hooks struct {
+	beforeIngest func(ctx context.Context, destination string, messages int)
+	afterIngest  func(ctx context.Context, destination string, res journal.Result)
+}
+
+// CommitError is the error of a session that ended because journal.Ingest failed.
+type CommitError struct{ Err error }
+
+func (e *CommitError) Error() string { return "writing batch to the journal: " + e.Err.Error() }
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// New validates cfg and returns a Subscriber writing into db (a pool, usually).
+func New(cfg Config, db journal.DB) (*Subscriber, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ack, _ := cfg.AckMode.stomp()
+	return &Subscriber{cfg: cfg, db: db, ack: ack}, nil
+}
+
+// Ready reports whether every destination has a live subscription right now.
+func (s *Subscriber) Ready() bool { return int(s.ready.Load()) == len(s.cfg.Destinations) }
+
+// Run consumes until ctx is canceled, reconnecting as often as needed, and then returns
+// nil once every destination has stopped reading, finished its batch in flight (commit
+// then ack, or neither), unsubscribed and disconnected.
+func (s *Subscriber) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, dest := range s.cfg.Destinations {
+		wg.Go(func() { s.consume(ctx, dest) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// consume runs sessions for one destination until ctx is canceled.
+func (s *Subscriber) consume(ctx context.Context, dest string) {
+	log := s.cfg.Logger.With("destination", dest)
+	bo := s.cfg.Backoff
+	for {
+		started := time.Now()
+		progressed, err := s.session(ctx, dest, log)
+		if ctx.Err() != nil {
+			if err != nil {
+				log.Warn("ingest stopped after an error", "err", err)
+			}
+			return
+		}
+		if progressed || time.Since(started) > time.Minute {
+			bo.Reset()
+		}
+		if commitErr, ok := errors.AsType[*CommitError](err); ok {
+			log.Error("journal write failed: dropped the broker connection without acking the batch, "+
+				"so the broker will redeliver it; waiting for the database", "err", commitErr.Err)
+			s.reconnected("db")
+			if !s.waitDB(ctx, &bo, log) {
+				return
+			}
+			continue
+		}
+		delay := bo.Next()
+		log.Warn("broker session ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		s.reconnected("stomp")
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// waitDB backs off until the database answers, so that a database outage does not
+// turn into a loop of broker redeliveries. It returns false when ctx ends first.
+func (s *Subscriber) waitDB(ctx context.Context, bo *stompx.Backoff, log *slog.Logger) bool {
+	for {
+		if bo.Wait(ctx) != nil {
+			return false
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var one int
+		err := s.db.QueryRow(pctx, "SELECT 1").Scan(&one)
+		cancel()
+		if err == nil {
+			log.Info("database reachable again; resubscribing")
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("database still unavailable", "err", err, "attempt", bo.Attempt())
+	}
+}
+
+func (s *Subscriber) reconnected(component string) {
+	if m := s.cfg.Metrics; m != nil {
+		m.Reconnects.WithLabelValues(component).Inc()
+	}
+}
+
+// batch is what one Ingest call writes and the messages it acknowledges afterwards.
+type batch struct {
+	msgs        []*stomp.Message
+	jb          journal.Batch
+	quarantined map[message.Reason]int
+}
+
+// session is one connection and subscription. It returns when ctx is canceled (after
+// a clean shutdown, with a nil error unless cleanup failed) or when the connection or a
+// commit fails. progressed reports whether at least one batch was committed and acked.
+func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger) (progressed bool, err error) {
+	conn, err := stompx.DialConn(ctx, s.cfg.broker())
+	if err != nil {
+		return false, err
+	}
+	sub, err := conn.Subscribe(dest, s.ack,
+		stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(s.cfg.Prefetch)))
+	if err != nil {
+		conn.Abort()
+		return false, fmt.Errorf("subscribing to %s: %w", dest, err)
+	}
+	s.ready.Add(1)
+	defer s.ready.Add(-1)
+	log.Info("subscribed", "ack", string(s.cfg.AckMode), "prefetch", s.cfg.Prefetch, "batch", s.cfg.BatchSize)
+
+	// Reader: drains sub.C promptly until go-stomp closes it, forwarding to the batcher
+	// until the first error or until told to stop; afterwards it discards (what it
+	// discards is unacked, so the broker redelivers it).
+	msgs := make(chan *stomp.Message, s.cfg.Prefetch+16)
+	stopReading := make(chan struct{})
+	readerDone := make(chan struct{})
+	var readErr error // written before msgs is closed
+	go func() {
+		defer close(readerDone)
+		forwarding := true
+		stop := func(err error) {
+			if forwarding {
+				readErr = err
+				forwarding = false
+				close(msgs)
+			}
+		}
+		for m := range sub.C {
+			if !forwarding {
+				continue
+			}
+			if m.Err != nil {
+				stop(fmt.Errorf("subscription to %s: %w", dest, m.Err))
+				continue
+			}
+			select {
+			case msgs <- m:
+			case <-stopReading:
+				stop(errors.New("stopped reading"))
+			}
+		}
+		stop(fmt.Errorf("subscription to %s closed", dest))
+	}()
+
+	// Committer: one batch at a time, in order, so acks follow dispatch order.
+	batches := make(chan *batch)
+	failed := make(chan struct{})
+	committerDone := make(chan struct{})
+	var commitErr error // written before failed is closed
+	var committed atomic.Bool
+	go func() {
+		defer close(committerDone)
+		for b := range batches {
+			if err := s.commit(ctx, conn, dest, b); err != nil {
+				commitErr = err
+				close(failed)
+				for range batches { // never ack anything after a failure
+				}
+				return
+			}
+			committed.Store(true)
+		}
+	}()
+
+	// Abandon: drop the connection without acking anything more.
+	abandon := func(cause error) (bool, error) {
+		close(stopReading)
+		conn.Abort()
+		close(batches)
+		<-committerDone
+		<-readerDone
+		if commitErr != nil {
+			return committed.Load(), commitErr
+		}
+		return committed.Load(), cause
+	}
+
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	var cur *batch
+	ready := false
+	for {
+		var out chan<- *batch
+		if cur != nil && (ready || len(cur.msgs) >= s.cfg.BatchSize) {
+			out = batches
+		}
+		var in <-chan *stomp.Message
+		if cur == nil || len(cur.msgs) < s.cfg.BatchSize {
+			in = msgs
+		}
+		var lingerC <-chan time.Time
+		if cur != nil && !ready {
+			lingerC = linger.C
+		}
+		select {
+		case <-ctx.Done():
+			return s.shutdown(conn, sub, cur, batches, failed, stopReading, committerDone, readerDone, &commitErr, log)
+		case <-failed:
+			return abandon(nil)
+		case m, ok := <-in:
+			if !ok {
+				return abandon(readErr)
+			}
+			if cur == nil {
+				cur = &batch{}
+				ready = false
+				linger.Reset(s.cfg.Linger)
+			}
+			s.add(cur, dest, m)
+		case <-lingerC:
+			ready = true
+		case out <- cur:
+			cur = nil
+			linger.Stop()
+		}
+	}
+}
+
+// shutdown ends a session on request: stop reading, commit and ack what was already
+// collected, then unsubscribe and disconnect (whose receipt proves the acks arrived).
+func (s *Subscriber) shutdown(conn *stompx.Conn, sub *stomp.Subscription, cur *batch, batches chan *batch,
+	failed, stopReading, committerDone, readerDone chan struct{}, commitErr *error, log *slog.Logger) (bool, error) {
+	close(stopReading)
+	if cur != nil {
+		select {
+		case batches <- cur:
+		case <-failed:
+		}
+	}
+	close(batches)
+	<-committerDone
+	if *commitErr != nil {
+		conn.Abort()
+		<-readerDone
+		return true, *commitErr
+	}
+	var errs []error
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, stomp.ErrCompletedSubscription) {
+		errs = append(errs, fmt.Errorf("unsubscribing: %w", err))
+	}
+	if err := conn.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	<-readerDone
+	log.Info("unsubscribed and disconnected")
+	return true, errors.Join(errs...)
+}
+
+// add decodes m into the batch: a journal entry, or a quarantine row with the raw body.
+func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
+	b.msgs = append(b.msgs, m)
+	if mt := s.cfg.Metrics; mt != nil {
+		mt.Received.WithLabelValues(dest).Inc()
+	}
+	ev, err := message.Decode(m.Body, m.Header.Get, message.Options{
+		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType})
+	if err == nil {
+		b.jb.Entries = append(b.jb.Entries, journal.Entry{Event: ev, Destination: dest})
+		return
+	}
+	inv, ok := errors.AsType[*message.Invalid](err)
+	if !ok {
+		inv = &message.Invalid{Reason: message.ReasonNotJSON, Detail: err.Error()}
+	}
+	headers := make(map[string]string, m.Header.Len())
+	for i := range m.Header.Len() {
+		k, v := m.Header.GetAt(i)
+		if _, dup := headers[k]; !dup { // STOMP: the first occurrence of a repeated header wins
+			headers[k] = v
+		}
+	}
+	b.jb.Bad = append(b.jb.Bad, journal.Bad{
+		Reason:      inv.Reason,
+		Detail:      inv.Detail,
+		Destination: dest,
+		MessageID:   m.Header.Get("message-id"),
+		Headers:     headers,
+		Body:        m.Body,
+	})
+	if b.quarantined == nil {
+		b.quarantined = map[message.Reason]int{}
+	}
+	b.quarantined[inv.Reason]++
+}
+
+// commit writes the batch with one Ingest call and acks it only if that returned nil.
+func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string, b *batch) error {
+	if h := s.hooks.beforeIngest; h != nil {
+		h(ctx, dest, len(b.msgs))
+	}
+	// Detached from ctx: a shutdown lets the batch in flight finish (commit then ack).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommitTimeout)
+	start := time.Now()
+	res, err := journal.Ingest(cctx, s.db, b.jb)
+	cancel()
+	if err != nil {
+		return &CommitError{Err: err}
+	}
+	if m := s.cfg.Metrics; m != nil {
+		m.CommitSeconds.Observe(time.Since(start).Seconds())
+		m.BatchSize.Observe(float64(len(b.msgs)))
+		m.Committed.WithLabelValues(dest).Add(float64(res.Inserted))
+		m.Duplicates.WithLabelValues(dest).Add(float64(res.Duplicates))
+		for reason, n := range b.quarantined {
+			m.Quarantined.WithLabelValues(string(reason)).Add(float64(n))
+		}
+		if res.Conflicts > 0 {
+			m.Quarantined.WithLabelValues(string(message.ReasonIDConflict)).Add(float64(res.Conflicts))
+		}
+	}
+	if h := s.hooks.afterIngest; h != nil {
+		h(ctx, dest, res)
+	}
+	if s.ack == stomp.AckClient {
+		// Cumulative: covers every earlier message of this subscription, all of which
+		// belong to this batch or to batches already committed.
+		err = conn.Ack(b.msgs[len(b.msgs)-1])
+	} else {
+		for _, m := range b.msgs {
+			if err = conn.Ack(m); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("acking committed batch of %d (the broker will redeliver it as duplicates): %w", len(b.msgs), err)
+	}
+	if m := s.cfg.Metrics; m != nil {
+		m.Acked.WithLabelValues(dest).Add(float64(len(b.msgs)))
+	}
+	return nil
+}

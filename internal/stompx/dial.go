@@ -1,0 +1,160 @@
+package stompx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+)
+
+// ErrUnavailable wraps every error that means "the broker could not be reached or
+// dropped the connection"; callers branch on it (the API answers 503).
+var ErrUnavailable = errors.New("stomp broker unavailable")
+
+// Defaults for Config's zero values.
+const (
+	DefaultHeartBeat       = 10 * time.Second
+	DefaultDialTimeout     = 10 * time.Second
+	DefaultReceiptTimeout  = 10 * time.Second
+	heartBeatGraceMultiple = 2.0 // ActiveMQ's beats can arrive ~2x apart
+)
+
+// Config says how to reach the broker.
+type Config struct {
+	Addr     string // host:port of the STOMP connector
+	Login    string
+	Passcode string
+	// Host is the STOMP host header (the virtual host); empty means the host part of Addr.
+	Host string
+	// HeartBeat is both the send and the expected receive interval; 0 means
+	// DefaultHeartBeat, negative disables heart-beats.
+	HeartBeat time.Duration
+	// DialTimeout bounds TCP connect plus the CONNECT/CONNECTED exchange.
+	DialTimeout time.Duration
+	// ReceiptTimeout bounds waits for RECEIPT frames (sends, unsubscribe, disconnect).
+	ReceiptTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.HeartBeat == 0 {
+		c.HeartBeat = DefaultHeartBeat
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ReceiptTimeout <= 0 {
+		c.ReceiptTimeout = DefaultReceiptTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Host == "" {
+		if h, _, err := net.SplitHostPort(c.Addr); err == nil {
+			c.Host = h
+		}
+	}
+	return c
+}
+
+// Conn is a STOMP connection together with its socket, so that its owner can abandon
+// it at once: go-stomp's own Disconnect waits for a receipt and MustDisconnect waits
+// for a lock a blocked Send holds.
+type Conn struct {
+	*stomp.Conn
+	raw net.Conn
+}
+
+// Abort closes the socket without a DISCONNECT. go-stomp's loops see EOF, fail pending
+// receipts and close every subscription channel. The broker redelivers whatever was
+// not acknowledged.
+func (c *Conn) Abort() {
+	// Only the socket: go-stomp's I/O loop then exits and marks the Conn closed itself,
+	// whereas MustDisconnect could wait behind a Send blocked on its receipt.
+	_ = c.raw.Close()
+}
+
+// Close disconnects politely: the DISCONNECT receipt proves that the broker processed
+// every frame sent before it (acks included). It falls back to Abort on failure.
+func (c *Conn) Close() error {
+	err := c.Conn.Disconnect()
+	_ = c.raw.Close()
+	if err != nil {
+		return fmt.Errorf("disconnecting from broker: %w", err)
+	}
+	return nil
+}
+
+// Dial connects with STOMP 1.2, login/passcode, heart-beats and the host header. The
+// TCP connect and the CONNECT exchange are bounded by ctx and by cfg.DialTimeout.
+func Dial(ctx context.Context, cfg Config) (*stomp.Conn, error) {
+	c, err := DialConn(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.Conn, nil
+}
+
+// DialConn is Dial returning the socket too (see Conn). Errors wrap ErrUnavailable.
+func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dialing %s: %w", ErrUnavailable, cfg.Addr, err)
+	}
+	// go-stomp only applies the context's deadline to the CONNECTED read; cancelation
+	// must unblock it too.
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
+	hb := cfg.HeartBeat
+	if hb < 0 {
+		hb = 0
+	}
+	opts := []func(*stomp.Conn) error{
+		stomp.ConnOpt.AcceptVersion(stomp.V12),
+		stomp.ConnOpt.Host(cfg.Host),
+		stomp.ConnOpt.HeartBeat(hb, hb),
+		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
+		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout),
+		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout),
+		stomp.ConnOpt.UnsubscribeReceiptTimeout(cfg.ReceiptTimeout),
+		stomp.ConnOpt.Logger(slogAdapter{cfg.Logger.With("component", "stomp")}),
+	}
+	if cfg.Login != "" || cfg.Passcode != "" {
+		opts = append(opts, stomp.ConnOpt.Login(cfg.Login, cfg.Passcode))
+	}
+	sc, err := stomp.ConnectWithContext(ctx, raw, opts...)
+	if !stop() {
+		// The deadline was set (or is being set); the connection cannot be trusted.
+		if sc != nil {
+			_ = sc.MustDisconnect()
+		}
+		_ = raw.Close()
+		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, context.Cause(ctx))
+	}
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, err)
+	}
+	return &Conn{Conn: sc, raw: raw}, nil
+}
+
+// slogAdapter routes go-stomp's logging to slog. go-stomp logs an ERROR frame at
+// error level; the caller sees the error on its subscription and decides, so it is
+// demoted to warning here.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Debugf(f string, v ...any)   { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Infof(f string, v ...any)    { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Warningf(f string, v ...any) { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Errorf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Debug(m string)              { a.l.Debug(m) }
+func (a slogAdapter) Info(m string)               { a.l.Debug(m) }
+func (a slogAdapter) Warning(m string)            { a.l.Warn(m) }
+func (a slogAdapter) Error(m string)              { a.l.Warn(m) }

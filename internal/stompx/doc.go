@@ -1,0 +1,9 @@
+// Package stompx connects inboxd to its STOMP broker (ActiveMQ Classic) with
+// go-stomp/stomp/v3, and adds what that library leaves to its callers: dialing that
+// honors a context, heart-beats tuned for ActiveMQ, a capped jittered backoff for
+// reconnects, and a Publisher whose sends are confirmed by a broker RECEIPT.
+//
+// go-stomp never reconnects: after an ERROR frame, an EOF or a heart-beat timeout the
+// connection is dead for good. Callers redial (Publisher does it on its next call;
+// internal/ingest does it in its run loop).
+package stompx

@@ -1,0 +1,116 @@
+package stompx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+)
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("publisher closed")
+
+// Publisher sends persistent messages and waits for the broker's RECEIPT, so a nil
+// error means the broker accepted (and, for persistent messages, stored) the message.
+// It uses connections of its own: go-stomp holds a connection-wide lock while it waits
+// for a receipt, which would stall a consumer's acks on a shared connection.
+//
+// It is safe for concurrent use; up to Conns sends are in flight at once. A failed
+// connection is dropped and redialed by the next call that needs it.
+type Publisher struct {
+	cfg   Config
+	slots chan *slot
+	done  chan struct{}
+	once  sync.Once
+}
+
+type slot struct{ conn *Conn }
+
+// NewPublisher returns a Publisher with conns connections (at least 1), dialed lazily.
+func NewPublisher(cfg Config, conns int) *Publisher {
+	if conns < 1 {
+		conns = 1
+	}
+	p := &Publisher{cfg: cfg.withDefaults(), slots: make(chan *slot, conns), done: make(chan struct{})}
+	for range conns {
+		p.slots <- &slot{}
+	}
+	return p
+}
+
+// Publish sends body to destination with persistent:true and the given extra headers
+// ("content-type" among them sets the content type), and waits for the RECEIPT.
+//
+// Errors wrap ErrUnavailable when the broker cannot be reached or the connection fails;
+// when ctx ends first the error wraps ctx's error. In both cases the broker may or may
+// not have the message: callers retry with the same event id, which the journal
+// deduplicates.
+func (p *Publisher) Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error {
+	var s *slot
+	select {
+	case s = <-p.slots:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for a broker connection: %w", ctx.Err())
+	case <-p.done:
+		return ErrClosed
+	}
+	defer func() { p.slots <- s }()
+	select {
+	case <-p.done:
+		return ErrClosed
+	default:
+	}
+
+	if s.conn == nil {
+		c, err := DialConn(ctx, p.cfg)
+		if err != nil {
+			return err
+		}
+		s.conn = c
+	}
+	contentType := ""
+	opts := []func(*frame.Frame) error{stomp.SendOpt.Receipt, stomp.SendOpt.Header("persistent", "true")}
+	for k, v := range headers {
+		if k == "content-type" {
+			contentType = v
+			continue
+		}
+		opts = append(opts, stomp.SendOpt.Header(k, v))
+	}
+	conn := s.conn
+	result := make(chan error, 1)
+	go func() { result <- conn.Send(destination, contentType, body, opts...) }()
+	select {
+	case err := <-result:
+		if err != nil {
+			conn.Abort()
+			s.conn = nil
+			return fmt.Errorf("%w: sending to %s: %w", ErrUnavailable, destination, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The send may or may not complete; the connection's state is unknown.
+		conn.Abort()
+		s.conn = nil
+		return fmt.Errorf("sending to %s (outcome unknown): %w", destination, ctx.Err())
+	}
+}
+
+// Close disconnects every idle connection and makes later calls fail with ErrClosed.
+// It waits for sends in flight to finish.
+func (p *Publisher) Close() error {
+	var errs []error
+	p.once.Do(func() { close(p.done) })
+	for range cap(p.slots) {
+		s := <-p.slots
+		defer func() { p.slots <- s }()
+		if s.conn != nil {
+			errs = append(errs, s.conn.Close())
+			s.conn = nil
+		}
+	}
+	return errors.Join(errs...)
+}

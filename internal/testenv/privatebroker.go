@@ -1,0 +1,192 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// PrivateBroker is an ActiveMQ of one test's own, on a free port, which the test may
+// kill and start again on the same data directory. Never use the shared broker for that:
+// other tests are running against it.
+type PrivateBroker struct {
+	Addr string // 127.0.0.1:<port> of its STOMP connector
+
+	t    testing.TB
+	base string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// StartPrivateBroker starts a private ActiveMQ (configured from scripts/activemq.xml,
+// STOMP on a free port) and stops it when the test ends. It needs root (the broker runs
+// as user activemq) and the activemq package; without them it skips, or fails in CI.
+func StartPrivateBroker(t testing.TB) *PrivateBroker {
+	t.Helper()
+	if _, err := exec.LookPath("activemq"); err != nil {
+		unavailable(t, "activemq is not installed: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		unavailable(t, "a private activemq must be started as root (it switches to user activemq)")
+	}
+	_, self, _, _ := runtime.Caller(0)
+	conf, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "scripts", "activemq.xml"))
+	if err != nil {
+		t.Fatalf("reading scripts/activemq.xml: %v", err)
+	}
+	port := freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	if !strings.Contains(string(conf), "127.0.0.1:61613") {
+		t.Fatal("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
+	}
+	conf = []byte(strings.ReplaceAll(string(conf), "127.0.0.1:61613", addr))
+
+	// Not t.TempDir: its parent is private to root, and the broker runs as activemq.
+	base, err := os.MkdirTemp("", "inboxd-activemq-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	for _, d := range []string{"conf", "data/kahadb", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "conf", "activemq.xml"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l4j, err := os.ReadFile("/etc/activemq/instances-available/main/log4j2.properties"); err == nil {
+		_ = os.WriteFile(filepath.Join(base, "conf", "log4j2.properties"), l4j, 0o644)
+	}
+	uid, gid := activemqUser(t)
+	// A data directory the broker cannot write makes it hang without a word.
+	if err := filepath.Walk(base, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(p, uid, gid)
+	}); err != nil {
+		t.Fatalf("chown %s: %v", base, err)
+	}
+	b := &PrivateBroker{Addr: addr, t: t, base: base}
+	t.Cleanup(b.Kill)
+	b.Start()
+	return b
+}
+
+func activemqUser(t testing.TB) (uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup("activemq")
+	if err != nil {
+		unavailable(t, "user activemq: %v", err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start launches the broker (as scripts/services.sh does, with `activemq console`) and
+// waits for its STOMP port. The process runs as user activemq in a process group of its
+// own, so Kill reaches the JVM and nothing else.
+func (b *PrivateBroker) Start() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd != nil {
+		b.t.Fatal("private broker already running")
+	}
+	uid, gid := activemqUser(b.t)
+	logf, err := os.OpenFile(filepath.Join(b.base, "console.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("activemq", "console", "xbean:file:"+filepath.Join(b.base, "conf", "activemq.xml"))
+	cmd.Dir = b.base
+	cmd.Env = append(os.Environ(),
+		"HOME="+b.base,
+		"ACTIVEMQ_BASE="+b.base,
+		"ACTIVEMQ_CONF="+filepath.Join(b.base, "conf"),
+		"ACTIVEMQ_DATA="+filepath.Join(b.base, "data"),
+		"ACTIVEMQ_TMP="+filepath.Join(b.base, "tmp"),
+		// The default pid file is /run/activemq.pid, which the shared broker may own.
+		"ACTIVEMQ_PIDFILE="+filepath.Join(b.base, "activemq.pid"),
+		"ACTIVEMQ_USER=activemq",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:    true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
+	}
+	if err := cmd.Start(); err != nil {
+		b.t.Fatalf("starting private activemq: %v", err)
+	}
+	b.cmd = cmd
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", b.Addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
+			b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", b.Addr, tail(string(out), 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Kill stops the broker with SIGKILL (no clean shutdown, as in a crash) and waits for
+// its port to close. It is a no-op when the broker is not running.
+func (b *PrivateBroker) Kill() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return
+	}
+	pgid := b.cmd.Process.Pid // Setpgid: the group id is the launcher's pid
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = b.cmd.Wait()
+	b.cmd = nil
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		// The JVM may outlive the launcher by a moment; the group is gone when kill fails.
+		if err := syscall.Kill(-pgid, 0); err != nil {
+			return
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.t.Errorf("private activemq (process group %d) still alive 30s after SIGKILL", pgid)
+}
+
+// String names the broker in test logs.
+func (b *PrivateBroker) String() string { return fmt.Sprintf("private activemq at %s (%s)", b.Addr, b.base) }
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
