@@ -95,6 +95,9 @@ n=$(echo "$list" | jq --arg id "$id" '[.items[] | select(.id == $id)] | length')
 echo "entries with id $id: $n (posted twice, journaled once)"
 [[ $n == 1 ]] || { echo "expected the duplicate to collapse into one entry" >&2; exit 1; }
 
+step "Ingest counters: the second post was a duplicate, collapsed by the journal's key"
+curl -fsS "$api/metrics" | grep -E '^inboxd_ingest_(received|duplicates|committed|acked)_total' || true
+
 step "Stats"
 curl -fsS "$api/journal/stats" | jq -c .
 

@@ -1,0 +1,258 @@
+package service_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/registration"
+	"github.com/inboxd/inboxd/internal/service"
+	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/webhook/sinktest"
+)
+
+// workload is what the end-to-end tests publish: registrations, each sent 1 to 3
+// times, some invalid as business input, one email registered twice under two ids,
+// and bodies that are not events at all.
+type workload struct {
+	messages  [][]byte
+	valid     int // distinct registrations that must become customers
+	rejected  int // distinct registrations the handler must reject
+	malformed int
+}
+
+func newWorkload(n int) workload {
+	var w workload
+	r := rand.New(rand.NewPCG(7, 11))
+	add := func(body []byte, copies int) {
+		for range copies {
+			w.messages = append(w.messages, body)
+		}
+	}
+	reg := func(id, email string) []byte {
+		b, _ := json.Marshal(map[string]string{
+			"id": id, "name": "Customer " + id[:8], "email": email, "jurisdiction": "mga",
+			"createdAt": "2026-11-22T10:00:00Z", "aggregateId": "mga:" + email,
+		})
+		return b
+	}
+	for i := range n {
+		id := newID(r)
+		switch {
+		case i%25 == 0: // invalid business input
+			add(reg(id, "not-an-email"), 1+r.IntN(3))
+			w.rejected++
+		case i%40 == 1: // not an event at all
+			add([]byte(fmt.Sprintf("garbage %d", i)), 1)
+			w.malformed++
+		default:
+			add(reg(id, fmt.Sprintf("user%d@example.com", i)), 1+r.IntN(3))
+			w.valid++
+		}
+	}
+	// The same email under a second id: the first one wins, the second is rejected.
+	add(reg(newID(r), "user2@example.com"), 1)
+	w.rejected++
+	r.Shuffle(len(w.messages), func(i, j int) { w.messages[i], w.messages[j] = w.messages[j], w.messages[i] })
+	return w
+}
+
+func newID(r *rand.Rand) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(r.UintN(256))
+	}
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startService runs a whole inboxd against the test database and queue.
+func startService(t *testing.T, db *testenv.DB, queue string, edit func(*config.Config)) {
+	t.Helper()
+	cfg := &config.Config{
+		DatabaseURL: db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
+		HTTPAddr: freeAddr(t), BatchSize: 200, BatchLinger: 10 * time.Millisecond, Prefetch: 1000,
+		AckMode: "client", DefaultEventType: registration.EventType, Concurrency: 8, MaxAttempts: 3,
+		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+		CertDir: t.TempDir(), CertHosts: []string{"127.0.0.1", "localhost"}, WebhookURL: "webhook-https://127.0.0.1/changefeed",
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	reg := process.NewRegistry()
+	reg.Register(registration.EventType, process.HandlerFunc(registration.Handle))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := service.New(ctx, cfg, reg, log)
+	if err != nil {
+		t.Fatalf("starting inboxd: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("inboxd stopped with: %v", err)
+		}
+	})
+}
+
+func publishAll(t *testing.T, queue string, msgs [][]byte) {
+	t.Helper()
+	pub := stompx.NewPublisher(stompx.Config{Addr: testenv.Broker(t)}, 2)
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, m := range msgs {
+		if err := pub.Publish(ctx, queue, m, map[string]string{"event-type": registration.EventType}); err != nil {
+			t.Fatalf("publishing: %v", err)
+		}
+	}
+}
+
+func countOf(t *testing.T, db *testenv.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// checkExactlyOnce waits until no event is pending and checks every outcome.
+func checkExactlyOnce(t *testing.T, db *testenv.DB, w workload) {
+	t.Helper()
+	distinct := w.valid + w.rejected
+	testenv.Eventually(t, 90*time.Second, "every event journaled and settled", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM journal`) == distinct &&
+			countOf(t, db, `SELECT count(*) FROM journal WHERE status IN ('RECEIVED','FAILED')`) == 0
+	})
+	if got := countOf(t, db, `SELECT count(*) FROM customers`); got != w.valid {
+		t.Errorf("customers = %d, want exactly one per valid registration: %d", got, w.valid)
+	}
+	if got := countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED'`); got != w.valid {
+		t.Errorf("PROCESSED = %d, want %d", got, w.valid)
+	}
+	if got := countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'REJECTED'`); got != w.rejected {
+		t.Errorf("REJECTED = %d, want %d", got, w.rejected)
+	}
+	if got := countOf(t, db, `SELECT count(*) FROM quarantine`); got != w.malformed {
+		t.Errorf("quarantine = %d, want %d", got, w.malformed)
+	}
+	// Every customer belongs to a PROCESSED event: no effect without its status, and back.
+	if got := countOf(t, db, `SELECT count(*) FROM customers c JOIN journal j ON j.id = c.id WHERE j.status = 'PROCESSED'`); got != w.valid {
+		t.Errorf("customers with a PROCESSED event = %d, want %d", got, w.valid)
+	}
+	t.Logf("published %d messages: %d customers, %d rejected, %d quarantined", len(w.messages), w.valid, w.rejected, w.malformed)
+}
+
+// The PostgreSQL path: ActiveMQ → ingest → journal → sweeper → customers.
+func TestEndToEndSweeperPath(t *testing.T) {
+	db := testenv.NewDB(t)
+	queue := testenv.Queue(t)
+	w := newWorkload(400)
+	startService(t, db, queue, func(c *config.Config) { c.WebhookAddr = "" })
+	publishAll(t, queue, w.messages)
+	checkExactlyOnce(t, db, w)
+}
+
+// The CockroachDB path, with the test sink standing in for the changefeed: journal rows
+// reach the HTTPS webhook in batches, several in flight, redelivered in storms.
+func TestEndToEndWebhookPath(t *testing.T) {
+	db := testenv.NewDB(t)
+	queue := testenv.Queue(t)
+	w := newWorkload(400)
+	hookAddr := freeAddr(t)
+	certDir := t.TempDir()
+	startService(t, db, queue, func(c *config.Config) {
+		c.WebhookAddr = hookAddr
+		c.WebhookToken = "s3cret"
+		c.CertDir = certDir
+		c.SweepGrace = time.Hour // the sweeper must leave RECEIVED rows to the feed
+	})
+	publishAll(t, queue, w.messages)
+	testenv.Eventually(t, 60*time.Second, "ingest", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM journal`) == w.valid+w.rejected
+	})
+
+	ca, err := os.ReadFile(filepath.Join(certDir, certs.CAFile))
+	if err != nil {
+		t.Fatalf("reading the generated CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	sink := &sinktest.Sink{
+		URLs:       []string{"https://" + hookAddr + service.WebhookPath},
+		Client:     &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
+		AuthHeader: "Bearer s3cret", InFlight: 4,
+	}
+	ctx := context.Background()
+	clock := &sinktest.Clock{}
+	rows, err := sinktest.FromJournal(ctx, db.Pool, nil, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first emission, then a storm: every row twice more, shuffled, three senders at once.
+	if err := sink.Send(ctx, rows, 50); err != nil {
+		t.Fatal(err)
+	}
+	storm := append(append([]json.RawMessage{}, rows...), rows...)
+	rand.Shuffle(len(storm), func(i, j int) { storm[i], storm[j] = storm[j], storm[i] })
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() { errs <- sink.Send(ctx, storm[i*len(storm)/3:(i+1)*len(storm)/3], 37) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sink.Resolved(ctx, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, db, w)
+
+	// A replay after everything settled changes nothing.
+	if err := sink.Send(ctx, rows, 100); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, db, w)
+	st := sink.Stats()
+	t.Logf("sink: %d posts, %d rows delivered (%d distinct events), answers %v", st.Posts, st.Rows, len(rows), st.ByStatus)
+	wm, found, err := webhook.ReadWatermark(ctx, db.Pool, "webhook-https://127.0.0.1/changefeed")
+	if err != nil || !found {
+		t.Errorf("watermark not stored: found=%v err=%v", found, err)
+	} else {
+		t.Logf("watermark %v", wm)
+	}
+}
