@@ -51,6 +51,9 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "$api/readyz" | jq -c .
 
+step "The changefeed (CockroachDB only; on PostgreSQL the sweeper processes the journal)"
+bin/inboxd changefeed create -if-cockroachdb
+
 step "A sample registration form"
 show "curl $api/registration/form"
 form=$(curl -fsS "$api/registration/form")

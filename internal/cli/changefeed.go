@@ -38,6 +38,7 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		resolved   time.Duration
 		timeout    time.Duration
 		enableFeed bool
+		ifCRDB     bool
 	)
 	cfg, _, err := parseFlags(e, "changefeed", action+" [flags]", args[1:], func(fs *flag.FlagSet) {
 		fs.Int64Var(&jobID, "job", 0, "changefeed job id (default: the job whose sink is -webhook-url)")
@@ -47,6 +48,7 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		fs.DurationVar(&resolved, "resolved", 10*time.Second, "create: resolved timestamp interval (also min_checkpoint_frequency)")
 		fs.DurationVar(&timeout, "client-timeout", 10*time.Second, "create: webhook_client_timeout")
 		fs.BoolVar(&enableFeed, "enable-rangefeeds", true, "create: SET CLUSTER SETTING kv.rangefeed.enabled = true first")
+		fs.BoolVar(&ifCRDB, "if-cockroachdb", false, "succeed without doing anything when the database is not CockroachDB (for scripts that run on both)")
 	})
 	if err != nil {
 		return err
@@ -57,6 +59,16 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 	}
 	defer pool.Close()
 	m := feed.NewManager(pool, cfg.Logger(e.stderr))
+	if ifCRDB {
+		isCRDB, err := m.IsCockroachDB(ctx)
+		if err != nil {
+			return err
+		}
+		if !isCRDB {
+			fmt.Fprintln(e.stdout, "not CockroachDB: no changefeed; the sweeper processes the journal instead")
+			return nil
+		}
+	}
 
 	job := func() (int64, error) {
 		if jobID != 0 {

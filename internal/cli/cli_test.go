@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestMain(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string // in stdout or stderr
+	}{
+		{"help lists commands", []string{"help"}, 0, "changefeed"},
+		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"bad flag", []string{"migrate", "-no-such-flag"}, 2, "flag provided but not defined"},
+		{"invalid config", []string{"serve", "-ack-mode", "auto"}, 1, "ack-mode"},
+		{"changefeed needs an action", []string{"changefeed"}, 2, "create|status|pause|resume|cancel"},
+		{"serve help names env vars", []string{"serve", "-h"}, 2, "INBOXD_DATABASE_URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := run(t, tt.args...)
+			if code != tt.wantCode || !strings.Contains(out+errOut, tt.wantOut) {
+				t.Errorf("exit %d, output %q%q; want exit %d mentioning %q", code, out, errOut, tt.wantCode, tt.wantOut)
+			}
+		})
+	}
+}
+
+func TestChangefeedOnPostgreSQL(t *testing.T) {
+	db := testenv.NewDB(t)
+	code, _, errOut := run(t, "changefeed", "status", "-database-url", db.URL)
+	if code != 1 || !strings.Contains(errOut, "need CockroachDB") {
+		t.Errorf("status on PostgreSQL: exit %d, %q; want a clear CockroachDB-only error", code, errOut)
+	}
+	code, out, _ := run(t, "changefeed", "create", "-if-cockroachdb", "-database-url", db.URL)
+	if code != 0 || !strings.Contains(out, "not CockroachDB") {
+		t.Errorf("create -if-cockroachdb on PostgreSQL: exit %d, %q", code, out)
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	db := testenv.NewDB(t)
+	for i, want := range []string{"schema is up to date", "schema is up to date"} {
+		code, out, errOut := run(t, "migrate", "-database-url", db.URL)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("run %d: exit %d, %q %q", i, code, out, errOut)
+		}
+	}
+}
