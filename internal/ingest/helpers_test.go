@@ -187,4 +187,3 @@ func assertDrained(t testing.TB, addr, dest string) {
 		t.Fatalf("probing %s: no message within 10s", dest)
 	}
 }
-

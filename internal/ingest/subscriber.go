@@ -73,8 +73,8 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		started := time.Now()
 		progressed, err := s.session(ctx, dest, log)
 		if ctx.Err() != nil {
-			if err != nil {
-				log.Warn("ingest stopped after an error", "err", err)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				log.Warn("ingest stopped; the last session ended with an error", "err", err)
 			}
 			return
 		}

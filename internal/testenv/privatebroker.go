@@ -182,7 +182,9 @@ func (b *PrivateBroker) Kill() {
 }
 
 // String names the broker in test logs.
-func (b *PrivateBroker) String() string { return fmt.Sprintf("private activemq at %s (%s)", b.Addr, b.base) }
+func (b *PrivateBroker) String() string {
+	return fmt.Sprintf("private activemq at %s (%s)", b.Addr, b.base)
+}
 
 func tail(s string, n int) string {
 	if len(s) <= n {

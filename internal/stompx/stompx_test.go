@@ -1,0 +1,224 @@
+package stompx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/server"
+
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func TestBackoff(t *testing.T) {
+	tests := []struct {
+		name string
+		b    Backoff
+		want []time.Duration // nominal delays before jitter
+	}{
+		{"defaults", Backoff{}, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}},
+		{"capped", Backoff{Initial: time.Second, Max: 3 * time.Second}, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
+		{"max below initial", Backoff{Initial: time.Second, Max: time.Millisecond}, []time.Duration{time.Second, time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i, nominal := range tt.want {
+				got := tt.b.Next()
+				_, _, jitter := tt.b.defaults()
+				low := nominal - time.Duration(float64(nominal)*jitter)
+				if got < low || got > nominal {
+					t.Errorf("delay %d = %s, want within [%s, %s]", i, got, low, nominal)
+				}
+			}
+			if tt.b.Attempt() != len(tt.want) {
+				t.Errorf("Attempt() = %d, want %d", tt.b.Attempt(), len(tt.want))
+			}
+			tt.b.Reset()
+			if got := tt.b.Next(); got > tt.want[0] {
+				t.Errorf("after Reset, delay = %s, want at most %s", got, tt.want[0])
+			}
+		})
+	}
+}
+
+func TestBackoffWaitHonorsContext(t *testing.T) {
+	b := Backoff{Initial: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+}
+
+// silentListener accepts connections and never answers, like a wedged broker.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+func TestDialHonorsContextAndTimeout(t *testing.T) {
+	addr := silentListener(t)
+	tests := []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		timeout time.Duration
+	}{
+		{"canceled context", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return ctx, cancel
+		}, time.Minute},
+		{"dial timeout", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, 150 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			start := time.Now()
+			_, err := Dial(ctx, Config{Addr: addr, DialTimeout: tt.timeout})
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Dial = %v, want ErrUnavailable", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("Dial took %s", d)
+			}
+		})
+	}
+}
+
+func TestDialActiveMQ(t *testing.T) {
+	addr := testenv.Broker(t)
+	conn, err := Dial(context.Background(), Config{Addr: addr, Login: "inboxd", Passcode: "secret"})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer conn.Disconnect()
+	if conn.Version() != stomp.V12 {
+		t.Errorf("version = %s, want 1.2", conn.Version())
+	}
+}
+
+// TestPublisherReconnects uses go-stomp's in-memory server: the broker is down for the
+// first call (ErrUnavailable) and up for the next, which must redial by itself.
+func TestPublisherReconnects(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	p := NewPublisher(Config{Addr: addr, DialTimeout: time.Second}, 1)
+	defer p.Close()
+	ctx := context.Background()
+	if err := p.Publish(ctx, "/queue/a", []byte("x"), nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Publish with the broker down = %v, want ErrUnavailable", err)
+	}
+
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s taken again: %v", addr, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() { _ = server.Serve(l) }()
+	if err := p.Publish(ctx, "/queue/a", []byte("x"), map[string]string{"content-type": "application/json"}); err != nil {
+		t.Fatalf("Publish after the broker came back: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := p.Publish(ctx, "/queue/a", []byte("x"), nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Publish after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestPublisherActiveMQ(t *testing.T) {
+	addr := testenv.Broker(t)
+	q := testenv.Queue(t)
+	p := NewPublisher(Config{Addr: addr}, 3)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs <- p.Publish(ctx, q, fmt.Appendf(nil, `{"n":%d}`, i), map[string]string{"event-type": "test", "content-type": "application/json"})
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+
+	conn, err := Dial(ctx, Config{Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Disconnect()
+	sub, err := conn.Subscribe(q, stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case m := <-sub.C:
+			if m.Err != nil {
+				t.Fatal(m.Err)
+			}
+			if m.Header.Get("persistent") != "true" || m.Header.Get("event-type") != "test" {
+				t.Errorf("headers persistent=%q event-type=%q", m.Header.Get("persistent"), m.Header.Get("event-type"))
+			}
+			seen[string(m.Body)] = true
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d messages", len(seen), n)
+		}
+	}
+}
+
+func TestPublishHonorsContext(t *testing.T) {
+	addr := testenv.Broker(t)
+	p := NewPublisher(Config{Addr: addr}, 1)
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Publish(ctx, testenv.Queue(t), []byte("x"), nil); !errors.Is(err, context.Canceled) && !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Publish with a canceled context = %v", err)
+	}
+}
