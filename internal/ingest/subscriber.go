@@ -25,6 +25,8 @@ type Subscriber struct {
 	ack   stomp.AckMode
 	ready atomic.Int32
 	hooks hooks
+	// batchSeq numbers batches for the logs, so that one batch's lines can be found.
+	batchSeq atomic.Uint64
 }
 
 // hooks let tests stop the pipeline at precise points (for example to kill the process
@@ -133,6 +135,7 @@ func (s *Subscriber) reconnected(component string) {
 
 // batch is what one Ingest call writes and the messages it acknowledges afterwards.
 type batch struct {
+	id          uint64
 	msgs        []*stomp.Message
 	jb          journal.Batch
 	quarantined map[message.Reason]int
@@ -199,7 +202,7 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 	go func() {
 		defer close(committerDone)
 		for b := range batches {
-			if err := s.commit(ctx, conn, dest, b); err != nil {
+			if err := s.commit(ctx, conn, dest, b, log); err != nil {
 				commitErr = err
 				close(failed)
 				for range batches { // never ack anything after a failure
@@ -251,7 +254,7 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 				return abandon(readErr)
 			}
 			if cur == nil {
-				cur = &batch{}
+				cur = &batch{id: s.batchSeq.Add(1)}
 				ready = false
 				linger.Reset(s.cfg.Linger)
 			}
@@ -333,7 +336,7 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 }
 
 // commit writes the batch with one Ingest call and acks it only if that returned nil.
-func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string, b *batch) error {
+func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string, b *batch, log *slog.Logger) error {
 	if h := s.hooks.beforeIngest; h != nil {
 		h(ctx, dest, len(b.msgs))
 	}
@@ -356,6 +359,15 @@ func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string,
 		if res.Conflicts > 0 {
 			m.Quarantined.WithLabelValues(string(message.ReasonIDConflict)).Add(float64(res.Conflicts))
 		}
+	}
+	log = log.With("batch_id", b.id)
+	log.Debug("batch committed", "messages", len(b.msgs), "inserted", res.Inserted, "duplicates", res.Duplicates,
+		"conflicts", res.Conflicts, "quarantined", res.Quarantined, "commit_ms", time.Since(start).Milliseconds())
+	for _, bad := range b.jb.Bad {
+		log.Warn("message quarantined", "message_id", bad.MessageID, "reason", string(bad.Reason), "detail", bad.Detail, "bytes", len(bad.Body))
+	}
+	if res.Conflicts > 0 {
+		log.Warn("ids journaled before with a different payload; quarantined as id_conflict", "conflicts", res.Conflicts)
 	}
 	if h := s.hooks.afterIngest; h != nil {
 		h(ctx, dest, res)
