@@ -13,12 +13,12 @@ import (
 // of that destination are exactly the malformed messages.
 func Verify(ctx context.Context, db journal.DB, exp Expected) error {
 	var problems []string
-	got, err := ids(ctx, db, `SELECT id::TEXT FROM journal WHERE tag = $1`, exp.Destination)
+	got, err := journal.IDsByTag(ctx, db, exp.Destination)
 	if err != nil {
 		return err
 	}
 	problems = append(problems, compare("journal", exp.IDs, got)...)
-	got, err = ids(ctx, db, `SELECT id::TEXT FROM quarantine WHERE destination = $1`, exp.Destination)
+	got, err = journal.QuarantineIDsByDestination(ctx, db, exp.Destination)
 	if err != nil {
 		return err
 	}
@@ -27,26 +27,6 @@ func Verify(ctx context.Context, db journal.DB, exp Expected) error {
 		return fmt.Errorf("ingest of %s is not exact: %s", exp.Destination, strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-func ids(ctx context.Context, db journal.DB, sql, dest string) (map[string]int, error) {
-	rows, err := db.Query(ctx, sql, dest)
-	if err != nil {
-		return nil, fmt.Errorf("reading ids: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("reading ids: %w", err)
-		}
-		out[id]++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading ids: %w", err)
-	}
-	return out, nil
 }
 
 func compare(table string, want []string, got map[string]int) []string {
