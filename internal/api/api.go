@@ -50,7 +50,7 @@ type Config struct {
 
 	Pool      Database  // required
 	Publisher Publisher // required: registrations and quarantine reinjection
-	// Destination is where POST /registration publishes, e.g. "/queue/inboxd.events".
+	// Destination is where POST /registration publishes, e.g. "/queue/registrations".
 	Destination string // required
 	// AdminToken, when set, guards /admin/* with "Authorization: Bearer <token>".
 	AdminToken string
