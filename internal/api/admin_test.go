@@ -18,10 +18,10 @@ func TestAdminAuth(t *testing.T) {
 	admin := []struct{ method, path string }{
 		{"GET", "/admin/events"},
 		{"POST", "/admin/events/retry"},
-		{"POST", "/admin/events/" + newUUID() + "/retry"},
+		{"POST", "/admin/events/" + message.NewID() + "/retry"},
 		{"GET", "/admin/quarantine"},
-		{"GET", "/admin/quarantine/" + newUUID() + "/body"},
-		{"POST", "/admin/quarantine/" + newUUID() + "/reinject"},
+		{"GET", "/admin/quarantine/" + message.NewID() + "/body"},
+		{"POST", "/admin/quarantine/" + message.NewID() + "/reinject"},
 		{"POST", "/admin/events/replay"},
 	}
 	tests := []struct {
@@ -126,7 +126,7 @@ func TestAdminRetryOne(t *testing.T) {
 	if r.Code != 200 || res.Retried || res.Status != journal.StatusReceived {
 		t.Errorf("received entry: %d %s", r.Code, r.Body)
 	}
-	expectError(t, h.do(t, "POST", "/admin/events/"+newUUID()+"/retry", nil), 404)
+	expectError(t, h.do(t, "POST", "/admin/events/"+message.NewID()+"/retry", nil), 404)
 	expectError(t, h.do(t, "POST", "/admin/events/nope/retry", nil), 400)
 	if !strings.Contains(h.log.String(), `"action":"retry"`) {
 		t.Error("retry not logged")
@@ -301,7 +301,7 @@ func TestAdminQuarantine(t *testing.T) {
 	if r.Code != 200 || string(r.Body) != string(raw) || r.Header.Get("Content-Type") != "application/octet-stream" {
 		t.Errorf("body: %d %q %q", r.Code, r.Body, r.Header.Get("Content-Type"))
 	}
-	expectError(t, h.do(t, "GET", "/admin/quarantine/"+newUUID()+"/body", nil), 404)
+	expectError(t, h.do(t, "GET", "/admin/quarantine/"+message.NewID()+"/body", nil), 404)
 	expectError(t, h.do(t, "GET", "/admin/quarantine/zzz/body", nil), 400)
 
 	// Reinject: broker down → 503 and nothing marked.
@@ -334,7 +334,7 @@ func TestAdminQuarantine(t *testing.T) {
 		t.Errorf("forced reinject: %d %s", r.Code, r.Body)
 	}
 	expectError(t, h.do(t, "POST", "/admin/quarantine/"+ids[1]+"/reinject", `{"destination":"elsewhere"}`), 400)
-	expectError(t, h.do(t, "POST", "/admin/quarantine/"+newUUID()+"/reinject", nil), 404)
+	expectError(t, h.do(t, "POST", "/admin/quarantine/"+message.NewID()+"/reinject", nil), 404)
 
 	var st statsResponse
 	h.do(t, "GET", "/journal/stats", nil).json(t, &st)

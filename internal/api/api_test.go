@@ -169,7 +169,7 @@ func seedEvents(t *testing.T, db journal.DB, eventType string, payloads ...map[s
 	var b journal.Batch
 	var ids []string
 	for _, p := range payloads {
-		id := newUUID()
+		id := message.NewID()
 		p["id"] = id
 		body, _ := json.Marshal(p)
 		ev, err := message.Decode(body, func(string) string { return "" }, message.Options{DefaultEventType: eventType})
@@ -204,7 +204,7 @@ func TestErrorShape(t *testing.T) {
 		{"PUT", "/journal/stats", nil, 405},
 		{"POST", "/registration", "{", 400},
 		{"GET", "/journal/not-a-uuid", nil, 400},
-		{"GET", "/journal/" + newUUID(), nil, 404},
+		{"GET", "/journal/" + message.NewID(), nil, 404},
 		{"GET", "/journal/-events", nil, 404},
 		{"POST", "/registration", strings.Repeat("x", 2<<20), 413},
 	}
@@ -338,7 +338,7 @@ func TestPostRegistrationValidation(t *testing.T) {
 func TestPostRegistrationBrokerDown(t *testing.T) {
 	h := newHarness(t, nil)
 	h.pub.setErr(errors.New("dial tcp 127.0.0.1:61613: connection refused"))
-	body := map[string]any{"id": newUUID(), "name": "A", "email": "a@example.com", "jurisdiction": "mga", "createdAt": "2025-01-31T12:00:00Z"}
+	body := map[string]any{"id": message.NewID(), "name": "A", "email": "a@example.com", "jurisdiction": "mga", "createdAt": "2025-01-31T12:00:00Z"}
 	detail := expectError(t, h.do(t, "POST", "/registration", body), http.StatusServiceUnavailable)
 	if d, _ := detail.(map[string]any); d["id"] != body["id"] {
 		t.Errorf("503 detail %v should carry the id to retry with", detail)

@@ -115,18 +115,6 @@ func (r *registration) validate(newID func() string) map[string]string {
 	return problems
 }
 
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -166,7 +154,7 @@ func (s *Server) postRegistration(c echo.Context) error {
 	if dec.More() {
 		return badRequest("invalid JSON body", "trailing data after the JSON object")
 	}
-	if problems := r.validate(newUUID); len(problems) > 0 {
+	if problems := r.validate(message.NewID); len(problems) > 0 {
 		return badRequest("invalid registration", problems)
 	}
 	payload, err := json.Marshal(r)

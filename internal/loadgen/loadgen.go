@@ -85,7 +85,7 @@ func Plan(cfg Config) ([][]byte, Expected, error) {
 	exp := Expected{Destination: cfg.Destination, Sent: cfg.Messages, Duplicates: nDup, Malformed: map[message.Reason]int{}}
 	bodies := make([][]byte, 0, cfg.Messages)
 	for i := range nNew {
-		id := uuid4(rng)
+		id := message.SeededID(rng)
 		exp.IDs = append(exp.IDs, id)
 		bodies = append(bodies, fmt.Appendf(nil,
 			`{"id":%q,"type":%q,"aggregateId":"agg-%d","seq":%d,"email":"user-%s@example.com","name":"Load Gen %d"}`,
@@ -96,7 +96,7 @@ func Plan(cfg Config) ([][]byte, Expected, error) {
 	}
 	for i := range nMal {
 		reason := malformedKinds[i%len(malformedKinds)]
-		nonce := uuid4(rng) // keeps every malformed body, hence its quarantine row, distinct
+		nonce := message.SeededID(rng) // keeps every malformed body, hence its quarantine row, distinct
 		var body []byte
 		switch reason {
 		case message.ReasonNotJSON:

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -173,19 +172,10 @@ func QuarantineID(reason Reason, destination string, body []byte) string {
 	h.Write([]byte(destination))
 	h.Write([]byte{0})
 	h.Write(body)
-	sum := h.Sum(nil)
-	sum[6] = (sum[6] & 0x0f) | 0x80 // version 8
-	sum[8] = (sum[8] & 0x3f) | 0x80 // RFC 4122 variant
-	const hexdigits = "0123456789abcdef"
-	var out strings.Builder
-	for i, v := range sum[:16] {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			out.WriteByte('-')
-		}
-		out.WriteByte(hexdigits[v>>4])
-		out.WriteByte(hexdigits[v&0x0f])
-	}
-	return out.String()
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	b[6] = (b[6] & 0x0f) | 0x80 // version 8: custom, here SHA-256 based
+	return format(b)
 }
 
 func truncate(s string, n int) string {

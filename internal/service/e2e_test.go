@@ -18,6 +18,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/service"
@@ -53,7 +54,7 @@ func newWorkload(n int) workload {
 		return b
 	}
 	for i := range n {
-		id := newID(r)
+		id := message.SeededID(r)
 		switch {
 		case i%25 == 0: // invalid business input
 			add(reg(id, "not-an-email"), 1+r.IntN(3))
@@ -67,21 +68,12 @@ func newWorkload(n int) workload {
 		}
 	}
 	// The same email under a second id: the first one wins, the second is rejected.
-	add(reg(newID(r), "user2@example.com"), 1)
+	add(reg(message.SeededID(r), "user2@example.com"), 1)
 	w.rejected++
 	r.Shuffle(len(w.messages), func(i, j int) { w.messages[i], w.messages[j] = w.messages[j], w.messages[i] })
 	return w
 }
 
-func newID(r *rand.Rand) string {
-	var b [16]byte
-	for i := range b {
-		b[i] = byte(r.UintN(256))
-	}
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

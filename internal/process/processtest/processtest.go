@@ -5,7 +5,6 @@ package processtest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,13 +36,7 @@ type Spec struct {
 }
 
 // NewID returns a random UUID.
-func NewID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func NewID() string { return message.NewID() }
 
 // Payload renders the spec, filling in the id and type.
 func Payload(s Spec) []byte {
