@@ -74,7 +74,6 @@ func newWorkload(n int) workload {
 	return w
 }
 
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
