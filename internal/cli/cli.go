@@ -20,6 +20,7 @@ import (
 // SIGINT/SIGTERM; a second signal exits the process at once.
 type command struct {
 	summary string
+	hidden  bool // internal: not listed by "inboxd help"
 	run     func(ctx context.Context, env *env, args []string) error
 }
 
@@ -62,8 +63,10 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: inboxd <command> [flags]   (each flag also reads an INBOXD_* environment variable)")
 	fmt.Fprintln(w, "\nCommands:")
 	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
+	for name, cmd := range commands {
+		if !cmd.hidden {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
 	for _, name := range names {

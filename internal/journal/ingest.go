@@ -66,6 +66,9 @@ type Result struct {
 // statement; a row this statement inserts has the same payload, so it never looks like one
 // whatever snapshot the database gives the CTEs. The quarantine table is written by one
 // INSERT only, as CockroachDB refuses two mutations of a table in one statement.
+// convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
+// (a TEXT::BYTEA cast would interpret backslash escapes);
+// https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
 const ingestSQL = `
 WITH input AS (
 	SELECT t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord
