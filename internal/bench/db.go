@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/schema"
+)
+
+// freshDB is a database created for one row and dropped after it, like testenv.NewDB
+// but without a testing.T.
+type freshDB struct {
+	Name, URL string
+	adminURL  string
+}
+
+func suffix() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// createDB creates and migrates a database named inboxd_bench_<row>_<random>.
+func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing admin url: %w", err)
+	}
+	name := "inboxd_bench_" + sqlName(row) + "_" + suffix()
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the admin database: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, fmt.Errorf("creating database %s: %w", name, err)
+	}
+	u.Path = "/" + name
+	d := &freshDB{Name: name, URL: u.String(), adminURL: adminURL}
+	pool, err := pgxpool.New(ctx, d.URL)
+	if err != nil {
+		_ = d.drop(ctx)
+		return nil, fmt.Errorf("connecting to %s: %w", name, err)
+	}
+	defer pool.Close()
+	if _, err := schema.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		_ = d.drop(ctx)
+		return nil, fmt.Errorf("migrating %s: %w", name, err)
+	}
+	return d, nil
+}
+
+// drop removes the database, whatever the state of ctx.
+func (d *freshDB) drop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, d.adminURL)
+	if err != nil {
+		return fmt.Errorf("dropping database %s: %w", d.Name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+d.Name+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("dropping database %s: %w", d.Name, err)
+	}
+	return nil
+}
+
+// sqlName keeps the characters of s an unquoted identifier may hold.
+func sqlName(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			out = append(out, c)
+		case c >= 'A' && c <= 'Z':
+			out = append(out, c+'a'-'A')
+		default:
+			out = append(out, '_')
+		}
+	}
+	return string(out)
+}

@@ -1,0 +1,39 @@
+// Package bench measures inboxd against the real ActiveMQ and database and prints one
+// table whose ratios come from the same run ("inboxd bench", "inboxd bench -quick").
+//
+// Rows:
+//
+//  1. broker: a bare STOMP consumer draining N pre-published persistent messages with
+//     auto-ack and no database, the ceiling any consumer can reach.
+//  2. naive: one INSERT … ON CONFLICT DO NOTHING transaction per message, then an
+//     individual ack.
+//  3. ingest: the real subscriber (internal/ingest) over the same N messages (30%
+//     duplicates, 1% malformed), verified exactly afterwards: the journal holds exactly
+//     the unique valid ids, the quarantine exactly the malformed messages, and the queue
+//     is empty (every message acked).
+//  4. e2e-sweeper, e2e-webhook: publish → PROCESSED at a fixed offered rate (-rate,
+//     1,000 msg/s). Latency = journal.processed_at − the payload's "sentAt", which the
+//     publisher stamps just before SEND (both clocks are this machine's; processed_at is
+//     the processing transaction's now(), its start). The webhook path runs the real
+//     webhook handler over HTTPS, fed by a stand-in for the CockroachDB changefeed that
+//     polls the journal every 20 ms and flushes like the sink (100 messages or
+//     -feed-flush), posting through webhook/sinktest.
+//
+// # How a row is measured
+//
+// Every row runs in a child process (this binary's hidden "bench-row"), so that its CPU
+// time comes from the kernel's rusage of that process alone (user + system). Its peak
+// RSS is the child's own VmHWM: ru_maxrss is not usable as is on Linux, because Go
+// starts children with vfork semantics and exec folds the parent's high-water mark into
+// the child's maxrss (it is still recorded, as rusage_maxrss_bytes). The parent creates
+// the row's queue and database (dropped afterwards), pre-publishes the messages (not
+// measured), starts the child, and checks the outcome after the child has exited.
+// msg/s is N over the child's own subscription → last-message-done time; the parent's
+// start → result time is recorded too (wall_seconds). The broker's and the database's
+// CPU are read from /proc for the processes listening on their ports, and the whole
+// host's from /proc/stat: they include other clients of the shared services.
+//
+// Rows run repetition after repetition (-reps), so that drift in the host's load
+// touches every row of a repetition alike; ratios are taken within a repetition and the
+// table shows medians. -sweep runs the ingest row once per configuration of a matrix.
+package bench

@@ -1,0 +1,249 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/registration"
+	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/webhook/sinktest"
+)
+
+// runE2E is row 4: ingest plus processing, until stop closes. On the sweeper path the
+// sweeper (grace 0) is the only driver, as on PostgreSQL in production. On the webhook
+// path a stand-in for the CockroachDB changefeed tails the journal's RECEIVED rows and
+// posts them through sinktest (the sink's wrapped batches, 4 in flight) to the real
+// webhook handler over HTTPS; a sweeper with a 5 s grace stays as the safety net, and
+// the note says how many events it had to take.
+func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop <-chan struct{}) (rowResult, error) {
+	// The engine gets its own connections on top of ingest's.
+	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	if err != nil {
+		return rowResult{}, err
+	}
+	defer pool.Close()
+	m := metrics.New()
+	reg := process.NewRegistry()
+	reg.Register(registration.EventType, registration.Handler)
+	eng := process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s: %w", name, err)
+				}
+				errMu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	ingest, err := ingestRunner(ctx, a, pool, m, log)
+	if err != nil {
+		return rowResult{}, err
+	}
+	run("ingest", ingest)
+	var feed *feedStandIn
+	switch a.Row {
+	case rowE2ESweeper:
+		run("sweeper", process.NewSweeper(eng, process.SweeperConfig{Interval: a.Knobs.SweepInterval, Grace: 0}).Run)
+	case rowE2EWebhook:
+		url, client, shutdown, err := serveWebhook(eng, pool, m, log)
+		if err != nil {
+			return rowResult{}, err
+		}
+		defer shutdown()
+		feed = &feedStandIn{db: pool, sink: &sinktest.Sink{URLs: []string{url}, Client: client, InFlight: 4},
+			poll: 20 * time.Millisecond, flush: a.Knobs.FeedFlush, batch: 100, log: log}
+		run("feed", feed.run)
+		run("sweeper", process.NewSweeper(eng, process.SweeperConfig{Interval: time.Second, Grace: 5 * time.Second}).Run)
+	}
+	ready()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	if firstErr != nil {
+		return rowResult{}, firstErr
+	}
+	note := fmt.Sprintf("sweeper took %.0f stranded events", counterValue(m.SweeperPicked.WithLabelValues("stranded")))
+	if feed != nil {
+		st := feed.sink.Stats()
+		note += fmt.Sprintf("; webhook: %d posts, %d retries, %d rows, processed %.0f",
+			st.Posts, st.Retries, st.Rows, counterValue(m.WebhookRows.WithLabelValues("processed")))
+	}
+	return rowResult{Note: note}, nil
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil || d.Counter == nil {
+		return 0
+	}
+	return d.Counter.GetValue()
+}
+
+// serveWebhook serves the real webhook handler over HTTPS on a loopback port, with a
+// certificate generated for the occasion, and returns its URL and a client that
+// trusts it.
+func serveWebhook(eng *process.Engine, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger) (string, *http.Client, func(), error) {
+	dir, err := os.MkdirTemp("", "inboxd-bench-certs-")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	bundle, err := certs.Load(certs.Config{Dir: dir, Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, nil, fmt.Errorf("making webhook certificates: %w", err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	webhook.New(webhook.Config{}, eng, pool, m, log).Register(e, "/changefeed")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, nil, err
+	}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(tls.NewListener(ln, bundle.TLSConfig)) }()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(bundle.CAPEM)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 8}}
+	shutdown := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		os.RemoveAll(dir)
+	}
+	return "https://" + ln.Addr().String() + "/changefeed", client, shutdown, nil
+}
+
+// feedStandIn plays the CockroachDB changefeed that PostgreSQL lacks: it polls the
+// journal's RECEIVED rows in sequence order (a rangefeed's committed writes) and
+// flushes them like webhook_sink_config {"Flush":{"Messages":batch,"Frequency":flush}},
+// with the sink's InFlight POSTs running in parallel to the polling, as the sink's I/O
+// workers do. Its poll interval and flush frequency are part of the measured latency.
+type feedStandIn struct {
+	db          journal.DB
+	sink        *sinktest.Sink
+	clock       sinktest.Clock
+	poll, flush time.Duration
+	batch       int
+	log         *slog.Logger
+}
+
+func (f *feedStandIn) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan []json.RawMessage, 64)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range max(f.sink.InFlight, 1) {
+		wg.Go(func() {
+			for b := range work {
+				if err := f.sink.PostBatch(ctx, b); err != nil && ctx.Err() == nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					cancel()
+				}
+			}
+		})
+	}
+	err := f.poll1(ctx, work)
+	close(work)
+	wg.Wait()
+	select {
+	case err = <-errc:
+	default:
+	}
+	return err
+}
+
+func (f *feedStandIn) poll1(ctx context.Context, work chan<- []json.RawMessage) error {
+	var (
+		last    int64
+		pending []json.RawMessage
+		oldest  time.Time
+	)
+	t := time.NewTicker(f.poll)
+	defer t.Stop()
+	for {
+		rows, seq, err := journal.ReceivedAfter(ctx, f.db, last, 5000)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			f.log.Warn("changefeed stand-in: polling the journal", "error", err)
+		}
+		last = seq
+		for _, r := range rows {
+			var row struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(r, &row); err != nil {
+				return fmt.Errorf("journal row %s: %w", r, err)
+			}
+			if len(pending) == 0 {
+				oldest = time.Now()
+			}
+			pending = append(pending, sinktest.Wrapped(r, row.ID, "journal", f.clock.Now()))
+		}
+		for len(pending) >= f.batch || (len(pending) > 0 && time.Since(oldest) >= f.flush) {
+			n := min(len(pending), f.batch)
+			select {
+			case work <- pending[:n:n]:
+			case <-ctx.Done():
+				return nil
+			}
+			pending = append([]json.RawMessage(nil), pending[n:]...)
+			oldest = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// histogram returns a histogram's sample count and sum.
+func histogram(h prometheus.Histogram) (uint64, float64) {
+	var d dto.Metric
+	if err := h.Write(&d); err != nil || d.Histogram == nil {
+		return 0, 0
+	}
+	return d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
+}

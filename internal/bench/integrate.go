@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/ingest"
+	"github.com/inboxd/inboxd/internal/metrics"
+)
+
+// errNotAvailable marks a row this build cannot run.
+var errNotAvailable = errors.New("row not available in this build")
+
+// available says which rows this build can run.
+var available = map[string]bool{rowBroker: true, rowNaive: true, rowIngest: true, rowE2ESweeper: true, rowE2EWebhook: true}
+
+// newSubscriber builds the real ingest subscriber (internal/ingest) with the row's knobs.
+func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger) (*ingest.Subscriber, error) {
+	sub, err := ingest.New(ingest.Config{
+		Addr:             a.StompAddr,
+		Destinations:     []string{a.Queue},
+		BatchSize:        a.Knobs.BatchSize,
+		Linger:           a.Knobs.Linger,
+		Prefetch:         a.Knobs.Prefetch,
+		AckMode:          ingest.AckMode(a.Knobs.AckMode),
+		DefaultEventType: "registration",
+		Logger:           log,
+		Metrics:          m,
+	}, pool)
+	if err != nil {
+		return nil, fmt.Errorf("building the ingest subscriber: %w", err)
+	}
+	return sub, nil
+}
+
+// runIngest is row 3: the real subscriber, until it has acked all a.N messages (its
+// inboxd_ingest_acked_total counter, polled every millisecond), then a graceful stop.
+func runIngest(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, error) {
+	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize)
+	if err != nil {
+		return rowResult{}, err
+	}
+	defer pool.Close()
+	m := metrics.New()
+	sub, err := newSubscriber(a, pool, m, log)
+	if err != nil {
+		return rowResult{}, err
+	}
+	acked := m.Acked.WithLabelValues(a.Queue)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(runCtx) }()
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	var res rowResult
+	for res.Received < a.N {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case err := <-done:
+			return res, fmt.Errorf("ingest stopped after %d of %d acks: %v", res.Received, a.N, err)
+		case <-t.C:
+			res.Received = int(counterValue(acked))
+		}
+	}
+	res.DrainSeconds = time.Since(start).Seconds()
+	stop()
+	if err := <-done; err != nil {
+		return res, err
+	}
+	batches, commitSum := histogram(m.CommitSeconds)
+	res.Note = fmt.Sprintf("%d batches of %.0f on average, mean commit %.1f ms (%.0f%% of the drain time), committed %.0f, duplicates %.0f",
+		batches, float64(a.N)/float64(max(batches, 1)), commitSum/float64(max(batches, 1))*1e3, commitSum/res.DrainSeconds*100,
+		counterValue(m.Committed.WithLabelValues(a.Queue)), counterValue(m.Duplicates.WithLabelValues(a.Queue)))
+	return res, nil
+}
+
+// ingestRunner returns the ingest loop of the end-to-end rows: the real subscriber.
+func ingestRunner(ctx context.Context, a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger) (func(context.Context) error, error) {
+	sub, err := newSubscriber(a, pool, m, log)
+	if err != nil {
+		return nil, err
+	}
+	return sub.Run, nil
+}

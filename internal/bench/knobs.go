@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Knobs are the tuning settings a row runs with. The parent passes them to the child
+// as flags of the same names.
+type Knobs struct {
+	BatchSize     int           `json:"batch_size"`
+	Linger        time.Duration `json:"linger"`
+	Prefetch      int           `json:"prefetch"`
+	AckMode       string        `json:"ack_mode"`
+	PoolSize      int           `json:"pool_size"`
+	Concurrency   int           `json:"concurrency"`
+	SweepInterval time.Duration `json:"sweep_interval"`
+	FeedFlush     time.Duration `json:"feed_flush"`
+}
+
+// defaultKnobs match inboxd's own defaults (internal/config).
+func defaultKnobs() Knobs {
+	return Knobs{BatchSize: 500, Linger: 20 * time.Millisecond, Prefetch: 2000, AckMode: "client",
+		PoolSize: 4, Concurrency: 8, SweepInterval: 200 * time.Millisecond, FeedFlush: 200 * time.Millisecond}
+}
+
+func (k *Knobs) register(fs *flag.FlagSet) {
+	fs.IntVar(&k.BatchSize, "batch-size", k.BatchSize, "ingest: messages per transaction, at most")
+	fs.DurationVar(&k.Linger, "linger", k.Linger, "ingest: how long a partial batch waits for more messages")
+	fs.IntVar(&k.Prefetch, "prefetch", k.Prefetch, "activemq.prefetchSize of every subscription")
+	fs.StringVar(&k.AckMode, "ack-mode", k.AckMode, "ingest: client (one cumulative ack per batch) or client-individual")
+	fs.IntVar(&k.PoolSize, "pool-size", k.PoolSize, "database connections of the row (pgxpool MaxConns)")
+	fs.IntVar(&k.Concurrency, "concurrency", k.Concurrency, "e2e: events processed in parallel")
+	fs.DurationVar(&k.SweepInterval, "sweep-interval", k.SweepInterval, "e2e-sweeper: how often the sweeper looks for work")
+	fs.DurationVar(&k.FeedFlush, "feed-flush", k.FeedFlush, "e2e-webhook: the changefeed stand-in's flush frequency (webhook_sink_config Flush.Frequency)")
+}
+
+func (k Knobs) args() []string {
+	return []string{
+		"-batch-size=" + strconv.Itoa(k.BatchSize),
+		"-linger=" + k.Linger.String(),
+		"-prefetch=" + strconv.Itoa(k.Prefetch),
+		"-ack-mode=" + k.AckMode,
+		"-pool-size=" + strconv.Itoa(k.PoolSize),
+		"-concurrency=" + strconv.Itoa(k.Concurrency),
+		"-sweep-interval=" + k.SweepInterval.String(),
+		"-feed-flush=" + k.FeedFlush.String(),
+	}
+}
+
+func (k Knobs) validate() error {
+	switch {
+	case k.BatchSize < 1:
+		return fmt.Errorf("batch-size must be at least 1")
+	case k.Prefetch < 1:
+		return fmt.Errorf("prefetch must be at least 1")
+	case k.AckMode != "client" && k.AckMode != "client-individual":
+		return fmt.Errorf("ack-mode must be client or client-individual, not %q", k.AckMode)
+	case k.PoolSize < 1:
+		return fmt.Errorf("pool-size must be at least 1")
+	case k.Concurrency < 1:
+		return fmt.Errorf("concurrency must be at least 1")
+	case k.SweepInterval <= 0 || k.FeedFlush <= 0:
+		return fmt.Errorf("sweep-interval and feed-flush must be positive")
+	}
+	return nil
+}
+
+// label names the knobs that matter for row; rows ignore the others.
+func (k Knobs) label(row string) string {
+	switch row {
+	case rowBroker:
+		return fmt.Sprintf("auto-ack prefetch=%d", k.Prefetch)
+	case rowNaive:
+		return fmt.Sprintf("1 tx/msg client-individual prefetch=%d", k.Prefetch)
+	case rowIngest:
+		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.PoolSize)
+	case rowE2ESweeper:
+		return fmt.Sprintf("batch=%d ack=%s conc=%d sweep=%s", k.BatchSize, k.AckMode, k.Concurrency, k.SweepInterval)
+	default:
+		return fmt.Sprintf("batch=%d ack=%s conc=%d feed-flush=%s", k.BatchSize, k.AckMode, k.Concurrency, k.FeedFlush)
+	}
+}
+
+func newFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}

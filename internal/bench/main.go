@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// options are the flags of "inboxd bench".
+type options struct {
+	Quick       bool
+	Ns          []int
+	Reps        int
+	Out         string
+	Rows        []string
+	Knobs       Knobs
+	Rate        float64
+	E2EDuration time.Duration
+	Warmup      int
+	Dup, Bad    float64
+	StompAddr   string
+	AdminURL    string
+	CPUProfile  bool
+	RowTimeout  time.Duration
+
+	Sweep         bool
+	SweepBatch    []int
+	SweepAck      []string
+	SweepPrefetch []int
+	SweepLinger   []time.Duration
+}
+
+var allRows = []string{rowBroker, rowNaive, rowIngest, rowE2ESweeper, rowE2EWebhook}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{Knobs: defaultKnobs()}
+	fs := flag.NewFlagSet("inboxd bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ns, rows, sb, sa, sp, sl string
+	fs.BoolVar(&o.Quick, "quick", false, "smoke run under 60 s: N=5000, 1 repetition, 3 s end-to-end rows")
+	fs.StringVar(&ns, "n", "", "messages per drain row, comma-separated (default 20000,200000; quick 5000)")
+	fs.IntVar(&o.Reps, "reps", 0, "repetitions; the table shows medians (default 3; quick 1)")
+	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
+	fs.StringVar(&rows, "rows", strings.Join(allRows, ","), "rows to run, comma-separated")
+	fs.Float64Var(&o.Rate, "rate", 1000, "end-to-end rows: offered rate, messages per second")
+	fs.DurationVar(&o.E2EDuration, "e2e-duration", 0, "end-to-end rows: how long to publish at -rate (default 20s; quick 3s)")
+	fs.IntVar(&o.Warmup, "warmup", 200, "end-to-end rows: messages processed before measuring")
+	fs.Float64Var(&o.Dup, "dup", 0.30, "drain rows: share of duplicate messages")
+	fs.Float64Var(&o.Bad, "malformed", 0.01, "drain rows: share of malformed messages")
+	fs.StringVar(&o.StompAddr, "stomp-addr", envOr("INBOXD_STOMP_ADDR", "127.0.0.1:61613"), "ActiveMQ STOMP address (env INBOXD_STOMP_ADDR)")
+	fs.StringVar(&o.AdminURL, "admin-url", envOr("INBOXD_BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		"database server where each row creates (and drops) a database of its own (env INBOXD_BENCH_ADMIN_URL)")
+	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "write a pprof CPU profile of every row's child into the results directory")
+	fs.DurationVar(&o.RowTimeout, "row-timeout", 10*time.Minute, "give up on a row after this long")
+	fs.BoolVar(&o.Sweep, "sweep", false, "run the ingest row once per configuration of the -sweep-* matrix")
+	fs.StringVar(&sb, "sweep-batch", "100,500,1000", "sweep: batch sizes")
+	fs.StringVar(&sa, "sweep-ack", "client,client-individual", "sweep: ack modes")
+	fs.StringVar(&sp, "sweep-prefetch", "", "sweep: prefetch sizes (default: -prefetch)")
+	fs.StringVar(&sl, "sweep-linger", "", "sweep: linger durations (default: -linger)")
+	o.Knobs.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	var err error
+	if ns == "" {
+		ns = "20000,200000"
+		if o.Quick {
+			ns = "5000"
+		}
+	}
+	if o.Ns, err = intList(ns); err != nil {
+		return nil, fmt.Errorf("-n: %w", err)
+	}
+	if o.Reps == 0 {
+		o.Reps = 3
+		if o.Quick {
+			o.Reps = 1
+		}
+	}
+	if o.E2EDuration == 0 {
+		o.E2EDuration = 20 * time.Second
+		if o.Quick {
+			o.E2EDuration = 3 * time.Second
+		}
+	}
+	for _, r := range strings.Split(rows, ",") {
+		r = strings.TrimSpace(r)
+		if r == "" {
+			continue
+		}
+		if !contains(allRows, r) {
+			return nil, fmt.Errorf("-rows: unknown row %q (have %s)", r, strings.Join(allRows, ", "))
+		}
+		o.Rows = append(o.Rows, r)
+	}
+	if o.Sweep {
+		if o.SweepBatch, err = intList(sb); err != nil {
+			return nil, fmt.Errorf("-sweep-batch: %w", err)
+		}
+		o.SweepAck = strings.Split(sa, ",")
+		if sp == "" {
+			sp = strconv.Itoa(o.Knobs.Prefetch)
+		}
+		if o.SweepPrefetch, err = intList(sp); err != nil {
+			return nil, fmt.Errorf("-sweep-prefetch: %w", err)
+		}
+		if sl == "" {
+			sl = o.Knobs.Linger.String()
+		}
+		for _, s := range strings.Split(sl, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("-sweep-linger: %w", err)
+			}
+			o.SweepLinger = append(o.SweepLinger, d)
+		}
+	}
+	switch {
+	case o.Reps < 1:
+		return nil, errors.New("-reps must be at least 1")
+	case o.Rate <= 0:
+		return nil, errors.New("-rate must be positive")
+	case o.Dup < 0 || o.Bad < 0 || o.Dup+o.Bad >= 1:
+		return nil, errors.New("-dup and -malformed must be non-negative and sum to less than 1")
+	}
+	if err := o.Knobs.validate(); err != nil {
+		return nil, err
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
+	}
+	return o, nil
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func contains[T comparable](xs []T, x T) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// ingestConfigs is the ingest row's configurations: one, or the sweep matrix.
+func (o *options) ingestConfigs() []Knobs {
+	if !o.Sweep {
+		return []Knobs{o.Knobs}
+	}
+	var out []Knobs
+	for _, b := range o.SweepBatch {
+		for _, a := range o.SweepAck {
+			for _, p := range o.SweepPrefetch {
+				for _, l := range o.SweepLinger {
+					k := o.Knobs
+					k.BatchSize, k.AckMode, k.Prefetch, k.Linger = b, strings.TrimSpace(a), p, l
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Main runs the benchmark ("inboxd bench") and prints one table; it also writes
+// results.json, results.md and results.svg under -out.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	for _, k := range o.ingestConfigs() {
+		if err := k.validate(); err != nil {
+			return fmt.Errorf("sweep configuration %s: %w", k.label(rowIngest), err)
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("creating results directory: %w", err)
+	}
+	rep := &Report{
+		Started:  time.Now().UTC(),
+		Host:     hostInfo(),
+		Settings: o.settings(),
+	}
+	r := &runner{o: o, log: stderr}
+	started := time.Now()
+	runErr := r.run(ctx, rep)
+	rep.Finished = time.Now().UTC()
+	rep.Seconds = time.Since(started).Seconds()
+	rep.Host.LoadAfter = loadAvg()
+	rep.Summaries = summarizeAll(rep.Measurements)
+	if len(rep.Measurements) > 0 {
+		if err := writeTable(stdout, rep); err != nil {
+			return err
+		}
+		if err := writeFiles(o.Out, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nresults: %s/{results.json,results.md,results.svg}\n", o.Out)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	for _, s := range rep.Summaries {
+		if !s.OK {
+			return fmt.Errorf("row %s (%s, N=%d) failed its check: %s", s.Row, s.Config, s.N, s.Check)
+		}
+	}
+	return nil
+}
+
+func (o *options) settings() map[string]any {
+	return map[string]any{
+		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
+		"rate": o.Rate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup,
+		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
+	}
+}
+
+func hostInfo() Host {
+	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadBefore: loadAvg()}
+	h.Name, _ = os.Hostname()
+	return h
+}

@@ -1,0 +1,320 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is everything one "inboxd bench" run measured; results.json holds it.
+type Report struct {
+	Started      time.Time      `json:"started"`
+	Finished     time.Time      `json:"finished"`
+	Seconds      float64        `json:"seconds"`
+	Host         Host           `json:"host"`
+	Settings     map[string]any `json:"settings"`
+	Summaries    []Summary      `json:"summaries"`
+	Measurements []Measurement  `json:"measurements"`
+}
+
+// Host describes the machine; the load averages say how noisy the numbers are.
+type Host struct {
+	Name       string  `json:"name"`
+	CPUs       int     `json:"cpus"`
+	OS         string  `json:"os"`
+	GoVersion  string  `json:"go_version"`
+	LoadBefore float64 `json:"load_before"`
+	LoadAfter  float64 `json:"load_after"`
+}
+
+// Measurement is one row, one configuration, one repetition.
+type Measurement struct {
+	Row    string `json:"row"`
+	Config string `json:"config"`
+	Knobs  Knobs  `json:"knobs"`
+	N      int    `json:"n"` // messages measured
+	Rep    int    `json:"rep"`
+	// DrainSeconds is subscription → last message done, as the child timed it (for the
+	// end-to-end rows: first measured send → last processed_at). MsgPerSec is N over it.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// WallSeconds is process start → result, as the parent timed it (exec, connecting
+	// and, for the end-to-end rows, the warm-up included).
+	WallSeconds   float64 `json:"wall_seconds"`
+	MsgPerSec     float64 `json:"msg_per_sec"`
+	CPUSeconds    float64 `json:"cpu_seconds"`         // child's user+system (rusage)
+	CPUPer10k     float64 `json:"cpu_seconds_per_10k"` // of the child
+	HostCPUPer10k float64 `json:"host_cpu_seconds_per_10k"`
+	// Of the broker (java) and the database (postgres) processes, from /proc.
+	BrokerCPUPer10k float64 `json:"broker_cpu_seconds_per_10k"`
+	DBCPUPer10k     float64 `json:"db_cpu_seconds_per_10k"`
+	// PeakRSSBytes is the child's VmHWM; RusageMaxRSSBytes its ru_maxrss, which on
+	// Linux also counts the parent's high-water mark at exec (see selfPeakRSS).
+	PeakRSSBytes      int64    `json:"peak_rss_bytes"`
+	RusageMaxRSSBytes int64    `json:"rusage_maxrss_bytes"`
+	OfferedRate       float64  `json:"offered_rate,omitempty"`
+	Latency           *Latency `json:"latency,omitempty"`        // processed_at − sentAt
+	IngestLatency     *Latency `json:"ingest_latency,omitempty"` // received_at − sentAt
+	Check             string   `json:"check"`
+	OK                bool     `json:"ok"`
+	Profile           string   `json:"cpu_profile,omitempty"`
+	Note              string   `json:"note,omitempty"`
+}
+
+// Summary is the medians of one row and configuration over the repetitions.
+type Summary struct {
+	Row             string   `json:"row"`
+	Config          string   `json:"config"`
+	N               int      `json:"n"`
+	Reps            int      `json:"reps"`
+	MsgPerSec       float64  `json:"msg_per_sec"`
+	CPUPer10k       float64  `json:"cpu_seconds_per_10k"`
+	HostCPUPer10k   float64  `json:"host_cpu_seconds_per_10k"`
+	BrokerCPUPer10k float64  `json:"broker_cpu_seconds_per_10k"`
+	DBCPUPer10k     float64  `json:"db_cpu_seconds_per_10k"`
+	PeakRSSBytes    int64    `json:"peak_rss_bytes"` // the largest over the repetitions
+	VsBroker        float64  `json:"vs_broker"`      // median of the per-repetition ratios
+	VsNaive         float64  `json:"vs_naive"`
+	Latency         *Latency `json:"latency,omitempty"` // median of each percentile
+	IngestLatency   *Latency `json:"ingest_latency,omitempty"`
+	Check           string   `json:"check"`
+	OK              bool     `json:"ok"`
+}
+
+// summarizeAll groups measurements by row, configuration and N, in first-seen order.
+// A ratio is taken between rows of the same repetition: the broker and naive rows of
+// the same N, or of the smallest N for the end-to-end rows, which have their own.
+func summarizeAll(ms []Measurement) []Summary {
+	type key struct {
+		row, config string
+		n           int
+	}
+	var order []key
+	groups := map[key][]Measurement{}
+	for _, m := range ms {
+		k := key{m.Row, m.Config, m.N}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], m)
+	}
+	baseline := func(row string, rep, n int) (Measurement, bool) {
+		var best Measurement
+		found := false
+		for _, m := range ms {
+			if m.Row != row || m.Rep != rep {
+				continue
+			}
+			if m.N == n {
+				return m, true
+			}
+			if !found || m.N < best.N {
+				best, found = m, true
+			}
+		}
+		return best, found
+	}
+	out := make([]Summary, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
+		var rate, cpu, host, amq, pg, vsB, vsN []float64
+		var lats, ingLats []Latency
+		for _, m := range g {
+			rate = append(rate, m.MsgPerSec)
+			cpu = append(cpu, m.CPUPer10k)
+			host = append(host, m.HostCPUPer10k)
+			amq = append(amq, m.BrokerCPUPer10k)
+			pg = append(pg, m.DBCPUPer10k)
+			s.PeakRSSBytes = max(s.PeakRSSBytes, m.PeakRSSBytes)
+			if b, ok := baseline(rowBroker, m.Rep, m.N); ok && b.MsgPerSec > 0 {
+				vsB = append(vsB, m.MsgPerSec/b.MsgPerSec)
+			}
+			if b, ok := baseline(rowNaive, m.Rep, m.N); ok && b.MsgPerSec > 0 {
+				vsN = append(vsN, m.MsgPerSec/b.MsgPerSec)
+			}
+			if m.Latency != nil {
+				lats = append(lats, *m.Latency)
+			}
+			if m.IngestLatency != nil {
+				ingLats = append(ingLats, *m.IngestLatency)
+			}
+			if !m.OK && s.OK {
+				s.OK, s.Check = false, fmt.Sprintf("rep %d: %s", m.Rep, m.Check)
+			}
+		}
+		if s.OK && len(g) > 0 {
+			s.Check = g[len(g)-1].Check
+			if len(g) > 1 {
+				s.Check = fmt.Sprintf("ok ×%d", len(g))
+			}
+		}
+		s.MsgPerSec, s.CPUPer10k, s.HostCPUPer10k = median(rate), median(cpu), median(host)
+		s.BrokerCPUPer10k, s.DBCPUPer10k = median(amq), median(pg)
+		s.VsBroker, s.VsNaive = median(vsB), median(vsN)
+		s.Latency, s.IngestLatency = medianLatency(lats), medianLatency(ingLats)
+		out = append(out, s)
+	}
+	return out
+}
+
+func medianLatency(ls []Latency) *Latency {
+	if len(ls) == 0 {
+		return nil
+	}
+	pick := func(f func(Latency) float64) float64 {
+		xs := make([]float64, len(ls))
+		for i, l := range ls {
+			xs[i] = f(l)
+		}
+		return median(xs)
+	}
+	return &Latency{
+		Count: int(pick(func(l Latency) float64 { return float64(l.Count) })),
+		P50:   pick(func(l Latency) float64 { return l.P50 }),
+		P95:   pick(func(l Latency) float64 { return l.P95 }),
+		P99:   pick(func(l Latency) float64 { return l.P99 }),
+		Max:   pick(func(l Latency) float64 { return l.Max }),
+	}
+}
+
+func fmtRatio(x float64) string {
+	if math.IsNaN(x) || x == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+func fmtLatency(l *Latency) string {
+	if l == nil {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50, l.P95, l.P99)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+// tableRows is the one table, as cells; the text and Markdown forms share it.
+func tableRows(rep *Report) [][]string {
+	rows := [][]string{{"row", "config", "N", "msg/s", "vs broker", "vs naive", "CPU s/10k", "amq CPU s/10k", "pg CPU s/10k", "host CPU s/10k", "peak RSS MiB", "e2e p50/p95/p99 ms", "check"}}
+	for _, s := range rep.Summaries {
+		rows = append(rows, []string{
+			s.Row, s.Config, fmt.Sprint(s.N), fmt.Sprintf("%.0f", s.MsgPerSec), fmtRatio(s.VsBroker), fmtRatio(s.VsNaive),
+			fmt.Sprintf("%.2f", s.CPUPer10k), fmt.Sprintf("%.2f", s.BrokerCPUPer10k), fmt.Sprintf("%.2f", s.DBCPUPer10k), fmt.Sprintf("%.2f", s.HostCPUPer10k), mib(s.PeakRSSBytes), fmtLatency(s.Latency), s.Check,
+		})
+	}
+	return rows
+}
+
+func caption(rep *Report) string {
+	reps, _ := rep.Settings["reps"].(int)
+	return fmt.Sprintf("%d CPUs, load %.2f → %.2f, %d repetition(s), medians; ratios within a repetition; "+
+		"peak RSS = the child's VmHWM; CPU = the row's child process (rusage), amq/pg = the broker's and the database's processes (/proc), host = the whole machine; "+
+		"e2e rows: latency = processed_at − sentAt (publisher clock) at a fixed offered rate, so their msg/s and ratios show that rate, not a ceiling",
+		rep.Host.CPUs, rep.Host.LoadBefore, rep.Host.LoadAfter, reps)
+}
+
+// writeTable prints the table for a terminal.
+func writeTable(w io.Writer, rep *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range tableRows(rep) {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, caption(rep))
+	return err
+}
+
+// writeMarkdown writes the table as Markdown.
+func writeMarkdown(w io.Writer, rep *Report) error {
+	rows := tableRows(rep)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# inboxd bench, %s\n\n", rep.Started.Format(time.RFC3339))
+	for i, r := range rows {
+		for j := range r {
+			r[j] = strings.ReplaceAll(r[j], "|", `\|`)
+		}
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+		if i == 0 {
+			b.WriteString(strings.Repeat("|---", len(r)) + "|\n")
+		}
+	}
+	fmt.Fprintf(&b, "\n%s.\n", caption(rep))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeFiles writes results.json, results.md and results.svg into dir.
+func writeFiles(dir string, rep *Report) error {
+	write := func(name string, f func(io.Writer) error) error {
+		file, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		if err := f(file); err != nil {
+			file.Close()
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		return file.Close()
+	}
+	if err := write("results.json", func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(jsonSafe(rep))
+	}); err != nil {
+		return err
+	}
+	if err := write("results.md", func(w io.Writer) error { return writeMarkdown(w, rep) }); err != nil {
+		return err
+	}
+	return write("results.svg", func(w io.Writer) error { return writeSVG(w, rep) })
+}
+
+// jsonSafe replaces the NaNs JSON cannot hold with zeros.
+func jsonSafe(rep *Report) *Report {
+	c := *rep
+	fix := func(x *float64) {
+		if math.IsNaN(*x) || math.IsInf(*x, 0) {
+			*x = 0
+		}
+	}
+	fixLat := func(l *Latency) *Latency {
+		if l == nil {
+			return nil
+		}
+		v := *l
+		fix(&v.P50)
+		fix(&v.P95)
+		fix(&v.P99)
+		fix(&v.Max)
+		return &v
+	}
+	c.Summaries = append([]Summary(nil), rep.Summaries...)
+	for i := range c.Summaries {
+		s := &c.Summaries[i]
+		fix(&s.MsgPerSec)
+		fix(&s.CPUPer10k)
+		fix(&s.HostCPUPer10k)
+		fix(&s.BrokerCPUPer10k)
+		fix(&s.DBCPUPer10k)
+		fix(&s.VsBroker)
+		fix(&s.VsNaive)
+		s.Latency, s.IngestLatency = fixLat(s.Latency), fixLat(s.IngestLatency)
+	}
+	c.Measurements = append([]Measurement(nil), rep.Measurements...)
+	for i := range c.Measurements {
+		m := &c.Measurements[i]
+		for _, x := range []*float64{&m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k} {
+			fix(x)
+		}
+		m.Latency, m.IngestLatency = fixLat(m.Latency), fixLat(m.IngestLatency)
+	}
+	return &c
+}

@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+)
+
+// runner executes the plan of rows for Main.
+type runner struct {
+	o    *options
+	log  io.Writer
+	pids servicePIDs
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, "bench: "+format+"\n", args...)
+}
+
+// run measures every row, repetition after repetition, so that drift in the host's
+// load touches all rows of a repetition alike; ratios are taken within a repetition.
+func (r *runner) run(ctx context.Context, rep *Report) error {
+	r.pids = findServices(portOf(r.o.StompAddr, 61613), portOf(urlHost(r.o.AdminURL), 5432))
+	if r.pids.Broker == 0 || r.pids.Postgres == 0 {
+		r.logf("broker or database process not found on this host (pids %+v): their CPU columns stay 0", r.pids)
+	}
+	for i := 1; i <= r.o.Reps; i++ {
+		for _, n := range r.o.Ns {
+			// Generated per N and dropped after, to keep the parent small (see selfPeakRSS).
+			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
+			for _, row := range []string{rowBroker, rowNaive, rowIngest} {
+				if !contains(r.o.Rows, row) {
+					continue
+				}
+				configs := []Knobs{r.o.Knobs}
+				if row == rowIngest {
+					configs = r.o.ingestConfigs()
+				}
+				for _, k := range configs {
+					m, err := r.drainRow(ctx, row, k, corpus, i)
+					if err != nil {
+						return err
+					}
+					rep.Measurements = append(rep.Measurements, m)
+				}
+			}
+		}
+		for _, row := range []string{rowE2ESweeper, rowE2EWebhook} {
+			if !contains(r.o.Rows, row) {
+				continue
+			}
+			if !available[row] {
+				r.logf("skipping %s: %v", row, errNotAvailable)
+				continue
+			}
+			m, err := r.e2eRow(ctx, row, r.o.Knobs, i)
+			if err != nil {
+				return err
+			}
+			rep.Measurements = append(rep.Measurements, m)
+		}
+	}
+	return nil
+}
+
+func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
+	if !r.o.CPUProfile {
+		return ""
+	}
+	name := fmt.Sprintf("%s-n%d-rep%d-%s.pprof", row, n, rep, sqlName(k.label(row)))
+	p, err := filepath.Abs(filepath.Join(r.o.Out, name))
+	if err != nil {
+		return filepath.Join(r.o.Out, name)
+	}
+	return p
+}
+
+// drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
+// drain it, then check the database and that the queue is empty.
+func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
+	n := len(c.Bodies)
+	m := Measurement{Row: row, Config: k.label(row), Knobs: k, N: n, Rep: rep}
+	if !available[row] {
+		return m, fmt.Errorf("row %s: %w", row, errNotAvailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
+	defer cancel()
+	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
+	a := rowArgs{Row: row, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(row, k, n, rep)}
+	m.Profile = a.CPUProfile
+	var db *freshDB
+	if row != rowBroker {
+		var err error
+		if db, err = createDB(ctx, r.o.AdminURL, row); err != nil {
+			return m, err
+		}
+		defer func() {
+			if err := db.drop(ctx); err != nil {
+				r.logf("%v", err)
+			}
+		}()
+		a.DBURL = db.URL
+	}
+	t := time.Now()
+	if err := publish(ctx, r.o.StompAddr, queue, c.Bodies); err != nil {
+		return m, err
+	}
+	r.logf("rep %d: %s N=%d [%s]: published in %.1fs, running", rep, row, n, m.Config, time.Since(t).Seconds())
+	out, err := runChild(ctx, a, r.pids, nil)
+	if err != nil {
+		r.purge(ctx, queue)
+		return m, err
+	}
+	m.fill(out, n)
+	m.Check, m.OK = r.check(ctx, row, queue, db, c)
+	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB, check %s %s",
+		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	return m, nil
+}
+
+// fill records a child's outcome over n messages.
+func (m *Measurement) fill(out childOutcome, n int) {
+	m.Note = out.Result.Note
+	m.DrainSeconds = out.Result.DrainSeconds
+	m.WallSeconds = out.Wall.Seconds()
+	if m.DrainSeconds > 0 {
+		m.MsgPerSec = float64(n) / m.DrainSeconds
+	}
+	m.CPUSeconds = out.Usage.CPU().Seconds()
+	m.CPUPer10k = m.CPUSeconds / float64(n) * 1e4
+	m.HostCPUPer10k = out.HostCPU.Seconds() / float64(n) * 1e4
+	m.BrokerCPUPer10k = out.ServiceCPU["broker"].Seconds() / float64(n) * 1e4
+	m.DBCPUPer10k = out.ServiceCPU["database"].Seconds() / float64(n) * 1e4
+	m.RusageMaxRSSBytes = out.Usage.MaxRSS
+	m.PeakRSSBytes = out.Result.PeakRSS
+	if m.PeakRSSBytes <= 0 {
+		m.PeakRSSBytes = out.Usage.MaxRSS
+	}
+}
+
+// check verifies a drain row exactly: the queue is empty (every message was acked),
+// and for the database rows the journal holds exactly the unique valid ids and the
+// quarantine exactly the malformed messages.
+func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Corpus) (string, bool) {
+	left, _, err := drain(ctx, r.o.StompAddr, queue, 1000, 0, 500*time.Millisecond)
+	if err != nil {
+		return "draining leftovers: " + err.Error(), false
+	}
+	if left != 0 {
+		return fmt.Sprintf("%d messages left unacked on the queue", left), false
+	}
+	if db == nil {
+		return "ok", true
+	}
+	pool, err := openPool(ctx, db.URL, 1)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer pool.Close()
+	counts, err := journal.CountRows(ctx, pool)
+	if err != nil {
+		return err.Error(), false
+	}
+	if counts.Journal != len(c.IDs) || counts.Quarantine != c.Malformed {
+		return fmt.Sprintf("journal=%d (want %d) quarantine=%d (want %d)", counts.Journal, len(c.IDs), counts.Quarantine, c.Malformed), false
+	}
+	ids, err := journal.IDs(ctx, pool)
+	if err != nil {
+		return err.Error(), false
+	}
+	want := append([]string(nil), c.IDs...)
+	sort.Strings(want)
+	sort.Strings(ids)
+	for i := range want {
+		if ids[i] != want[i] {
+			return fmt.Sprintf("journal ids differ from the published ones (first: %s vs %s)", ids[i], want[i]), false
+		}
+	}
+	return fmt.Sprintf("ok (journal=%d quarantine=%d)", counts.Journal, counts.Quarantine), true
+}
+
+// purge empties a queue a failed row left behind, so it does not fill the broker.
+func (r *runner) purge(ctx context.Context, queue string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if n, _, err := drain(ctx, r.o.StompAddr, queue, 1000, 0, time.Second); err != nil {
+		r.logf("purging %s: %v", queue, err)
+	} else if n > 0 {
+		r.logf("purged %d messages from %s", n, queue)
+	}
+}
+
+// e2eRow measures row 4: the child runs ingest and processing; the parent publishes a
+// warm-up, then -rate messages per second for -e2e-duration, waits until all are
+// PROCESSED and reads the latencies from the journal.
+func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Measurement, error) {
+	total := int(r.o.Rate * r.o.E2EDuration.Seconds())
+	m := Measurement{Row: row, Config: k.label(row), Knobs: k, N: total, Rep: rep, OfferedRate: r.o.Rate}
+	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
+	defer cancel()
+	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
+	db, err := createDB(ctx, r.o.AdminURL, row)
+	if err != nil {
+		return m, err
+	}
+	defer func() {
+		if err := db.drop(ctx); err != nil {
+			r.logf("%v", err)
+		}
+	}()
+	pool, err := openPool(ctx, db.URL, 1)
+	if err != nil {
+		return m, err
+	}
+	defer pool.Close()
+	a := rowArgs{Row: row, Queue: queue, DBURL: db.URL, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(row, k, total, rep)}
+	m.Profile = a.CPUProfile
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(rep)))
+	var measureFrom time.Time
+	registered := time.Now().UTC()
+	during := func(ctx context.Context) error {
+		conn, err := dial(ctx, r.o.StompAddr)
+		if err != nil {
+			return err
+		}
+		defer conn.Disconnect()
+		next := 0
+		phase := func(n int, within time.Duration) error {
+			if err := publishPaced(ctx, conn, queue, n, r.o.Rate, func(_ int, sentAt time.Time) []byte {
+				next++
+				return registrationBody(message.SeededID(rng), next, registered, sentAt)
+			}); err != nil {
+				return err
+			}
+			return waitProcessed(ctx, pool, next, within)
+		}
+		if r.o.Warmup > 0 {
+			if err := phase(r.o.Warmup, time.Minute); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
+		measureFrom = time.Now()
+		return phase(total, 2*time.Minute)
+	}
+	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, r.o.Rate, r.o.E2EDuration)
+	out, err := runChild(ctx, a, r.pids, during)
+	if err != nil {
+		r.purge(ctx, queue)
+		return m, err
+	}
+	m.fill(out, total+r.o.Warmup)
+	timings, err := journal.ProcessedTimings(ctx, pool)
+	if err != nil {
+		return m, err
+	}
+	var e2e, ing []time.Duration
+	var last time.Time
+	for _, t := range timings {
+		sent, err := time.Parse(time.RFC3339Nano, t.SentAt)
+		if err != nil {
+			return m, fmt.Errorf("bad sentAt %q: %w", t.SentAt, err)
+		}
+		if sent.Before(measureFrom) {
+			continue // warm-up
+		}
+		e2e = append(e2e, t.ProcessedAt.Sub(sent))
+		ing = append(ing, t.ReceivedAt.Sub(sent))
+		if t.ProcessedAt.After(last) {
+			last = t.ProcessedAt
+		}
+	}
+	lat, ingLat := summarize(e2e), summarize(ing)
+	m.Latency, m.IngestLatency = &lat, &ingLat
+	// Throughput of the measured phase: messages over first send → last processed.
+	m.DrainSeconds = last.Sub(measureFrom).Seconds()
+	if m.DrainSeconds > 0 {
+		m.MsgPerSec = float64(len(e2e)) / m.DrainSeconds
+	}
+	counts, err := journal.CountRows(ctx, pool)
+	switch {
+	case err != nil:
+		m.Check = err.Error()
+	case len(e2e) != total || counts.Journal != total+r.o.Warmup || counts.ByStatus[journal.StatusProcessed] != counts.Journal:
+		m.Check = fmt.Sprintf("measured %d of %d, journal %v", len(e2e), total, counts.ByStatus)
+	default:
+		m.Check, m.OK = fmt.Sprintf("ok (processed=%d)", counts.Journal), true
+	}
+	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, peak RSS %.1f MiB, check %s; %s",
+		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	return m, nil
+}
+
+// waitProcessed polls until want journal rows are PROCESSED. It polls only after the
+// publisher is done, every 100 ms, to stay out of the measured work's way.
+func waitProcessed(ctx context.Context, db journal.DB, want int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		n, err := journal.CountStatus(ctx, db, journal.StatusProcessed)
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d events PROCESSED after %s", n, want, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// portOf is the port of host:port, or def.
+func portOf(hostport string, def int) int {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return def
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// urlHost is the host:port of a URL, or "" when it has none.
+func urlHost(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}

@@ -1,0 +1,146 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The statements below serve the benchmark (internal/bench): the naive inbox it
+// compares ingest with, and the checks it runs after each row.
+
+// InsertOne is the textbook inbox write, one statement per message:
+// INSERT … ON CONFLICT DO NOTHING. It reports whether the row is new.
+func InsertOne(ctx context.Context, db DB, e Entry) (bool, error) {
+	tag, err := db.Exec(ctx, `INSERT INTO journal (payload, event_type, aggregate_id, tag)
+		VALUES ($1::TEXT::JSONB, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
+		string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination)
+	if err != nil {
+		return false, fmt.Errorf("inserting event %s: %w", e.Event.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Counts is how many rows the journal holds, by status, and the quarantine.
+type Counts struct {
+	Journal    int
+	ByStatus   map[string]int
+	Quarantine int
+}
+
+// CountRows counts the journal by status and the quarantine.
+func CountRows(ctx context.Context, db DB) (Counts, error) {
+	c := Counts{ByStatus: map[string]int{}}
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
+	if err != nil {
+		return c, fmt.Errorf("counting journal rows: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return c, fmt.Errorf("counting journal rows: %w", err)
+		}
+		c.ByStatus[s] = int(n)
+		c.Journal += int(n)
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("counting journal rows: %w", err)
+	}
+	var q int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM quarantine`).Scan(&q); err != nil {
+		return c, fmt.Errorf("counting quarantine rows: %w", err)
+	}
+	c.Quarantine = int(q)
+	return c, nil
+}
+
+// CountStatus counts the journal rows in one status.
+func CountStatus(ctx context.Context, db DB, status string) (int, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, status).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting %s journal rows: %w", status, err)
+	}
+	return int(n), nil
+}
+
+// IDs returns every journal id.
+func IDs(ctx context.Context, db DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT id::TEXT FROM journal`)
+	if err != nil {
+		return nil, fmt.Errorf("listing journal ids: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("listing journal ids: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing journal ids: %w", err)
+	}
+	return ids, nil
+}
+
+// Timing is when one processed event was sent (the payload's "sentAt", as written by
+// the publisher), journaled and processed.
+type Timing struct {
+	SentAt      string
+	ReceivedAt  time.Time
+	ProcessedAt time.Time
+}
+
+// ProcessedTimings returns the timings of every processed event whose payload has a
+// "sentAt".
+func ProcessedTimings(ctx context.Context, db DB) ([]Timing, error) {
+	rows, err := db.Query(ctx, `SELECT payload->>'sentAt', received_at, processed_at FROM journal
+		WHERE processed_at IS NOT NULL AND payload->>'sentAt' IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("reading processing timings: %w", err)
+	}
+	defer rows.Close()
+	var out []Timing
+	for rows.Next() {
+		var t Timing
+		if err := rows.Scan(&t.SentAt, &t.ReceivedAt, &t.ProcessedAt); err != nil {
+			return nil, fmt.Errorf("reading processing timings: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading processing timings: %w", err)
+	}
+	return out, nil
+}
+
+// ReceivedAfter returns, in sequence order, up to limit RECEIVED rows whose sequence_no
+// is above after, each as the JSON object of its columns (as a changefeed's "after"),
+// and the highest sequence_no returned (after itself when none). The benchmark's
+// stand-in for a CockroachDB changefeed polls it; journal_status_seq serves it.
+func ReceivedAfter(ctx context.Context, db DB, after int64, limit int) ([][]byte, int64, error) {
+	rows, err := db.Query(ctx, `SELECT row_to_json(j)::TEXT, j.sequence_no FROM journal AS j
+		WHERE j.status = 'RECEIVED' AND j.sequence_no > $1
+		ORDER BY j.sequence_no LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+	}
+	defer rows.Close()
+	var out [][]byte
+	last := after
+	for rows.Next() {
+		var s string
+		var seq int64
+		if err := rows.Scan(&s, &seq); err != nil {
+			return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+		}
+		out = append(out, []byte(s))
+		last = max(last, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+	}
+	return out, last, nil
+}
