@@ -27,6 +27,7 @@ func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.
 		BatchSize:        a.Knobs.BatchSize,
 		Linger:           a.Knobs.Linger,
 		Prefetch:         a.Knobs.Prefetch,
+		CommitsInFlight:  a.Knobs.InFlight,
 		AckMode:          ingest.AckMode(a.Knobs.AckMode),
 		DefaultEventType: "registration",
 		Logger:           log,

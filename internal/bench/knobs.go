@@ -14,6 +14,7 @@ type Knobs struct {
 	BatchSize     int           `json:"batch_size"`
 	Linger        time.Duration `json:"linger"`
 	Prefetch      int           `json:"prefetch"`
+	InFlight      int           `json:"commits_in_flight"`
 	AckMode       string        `json:"ack_mode"`
 	PoolSize      int           `json:"pool_size"`
 	Concurrency   int           `json:"concurrency"`
@@ -23,7 +24,7 @@ type Knobs struct {
 
 // defaultKnobs match inboxd's own defaults (internal/config).
 func defaultKnobs() Knobs {
-	return Knobs{BatchSize: 500, Linger: 20 * time.Millisecond, Prefetch: 2000, AckMode: "client",
+	return Knobs{BatchSize: 500, Linger: 5 * time.Millisecond, Prefetch: 2000, InFlight: 2, AckMode: "client",
 		PoolSize: 4, Concurrency: 8, SweepInterval: 200 * time.Millisecond, FeedFlush: 200 * time.Millisecond}
 }
 
@@ -31,6 +32,7 @@ func (k *Knobs) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.BatchSize, "batch-size", k.BatchSize, "ingest: messages per transaction, at most")
 	fs.DurationVar(&k.Linger, "linger", k.Linger, "ingest: how long a partial batch waits for more messages")
 	fs.IntVar(&k.Prefetch, "prefetch", k.Prefetch, "activemq.prefetchSize of every subscription")
+	fs.IntVar(&k.InFlight, "commits-in-flight", k.InFlight, "ingest: batches written at once (acks stay in order)")
 	fs.StringVar(&k.AckMode, "ack-mode", k.AckMode, "ingest: client (one cumulative ack per batch) or client-individual")
 	fs.IntVar(&k.PoolSize, "pool-size", k.PoolSize, "database connections of the row (pgxpool MaxConns)")
 	fs.IntVar(&k.Concurrency, "concurrency", k.Concurrency, "e2e: events processed in parallel")
@@ -43,6 +45,7 @@ func (k Knobs) args() []string {
 		"-batch-size=" + strconv.Itoa(k.BatchSize),
 		"-linger=" + k.Linger.String(),
 		"-prefetch=" + strconv.Itoa(k.Prefetch),
+		"-commits-in-flight=" + strconv.Itoa(k.InFlight),
 		"-ack-mode=" + k.AckMode,
 		"-pool-size=" + strconv.Itoa(k.PoolSize),
 		"-concurrency=" + strconv.Itoa(k.Concurrency),
@@ -57,6 +60,8 @@ func (k Knobs) validate() error {
 		return fmt.Errorf("batch-size must be at least 1")
 	case k.Prefetch < 1:
 		return fmt.Errorf("prefetch must be at least 1")
+	case k.InFlight < 1:
+		return fmt.Errorf("commits-in-flight must be at least 1")
 	case k.AckMode != "client" && k.AckMode != "client-individual":
 		return fmt.Errorf("ack-mode must be client or client-individual, not %q", k.AckMode)
 	case k.PoolSize < 1:
@@ -77,7 +82,7 @@ func (k Knobs) label(row string) string {
 	case rowNaive:
 		return fmt.Sprintf("1 tx/msg client-individual prefetch=%d", k.Prefetch)
 	case rowIngest:
-		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.PoolSize)
+		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowE2ESweeper:
 		return fmt.Sprintf("batch=%d ack=%s conc=%d sweep=%s", k.BatchSize, k.AckMode, k.Concurrency, k.SweepInterval)
 	default:

@@ -36,6 +36,7 @@ type options struct {
 	SweepAck      []string
 	SweepPrefetch []int
 	SweepLinger   []time.Duration
+	SweepInFlight []int
 }
 
 var allRows = []string{rowBroker, rowNaive, rowIngest, rowE2ESweeper, rowE2EWebhook}
@@ -51,7 +52,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	o := &options{Knobs: defaultKnobs()}
 	fs := flag.NewFlagSet("inboxd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var ns, rows, sb, sa, sp, sl string
+	var ns, rows, sb, sa, sp, sl, si string
 	fs.BoolVar(&o.Quick, "quick", false, "smoke run under 60 s: N=5000, 1 repetition, 3 s end-to-end rows")
 	fs.StringVar(&ns, "n", "", "messages per drain row, comma-separated (default 20000,200000; quick 5000)")
 	fs.IntVar(&o.Reps, "reps", 0, "repetitions; the table shows medians (default 3; quick 1)")
@@ -72,6 +73,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&sa, "sweep-ack", "client,client-individual", "sweep: ack modes")
 	fs.StringVar(&sp, "sweep-prefetch", "", "sweep: prefetch sizes (default: -prefetch)")
 	fs.StringVar(&sl, "sweep-linger", "", "sweep: linger durations (default: -linger)")
+	fs.StringVar(&si, "sweep-inflight", "", "sweep: commits in flight (default: -commits-in-flight)")
 	o.Knobs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -121,6 +123,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 		if o.SweepPrefetch, err = intList(sp); err != nil {
 			return nil, fmt.Errorf("-sweep-prefetch: %w", err)
+		}
+		if si == "" {
+			si = strconv.Itoa(o.Knobs.InFlight)
+		}
+		if o.SweepInFlight, err = intList(si); err != nil {
+			return nil, fmt.Errorf("-sweep-inflight: %w", err)
 		}
 		if sl == "" {
 			sl = o.Knobs.Linger.String()
@@ -188,9 +196,11 @@ func (o *options) ingestConfigs() []Knobs {
 		for _, a := range o.SweepAck {
 			for _, p := range o.SweepPrefetch {
 				for _, l := range o.SweepLinger {
-					k := o.Knobs
-					k.BatchSize, k.AckMode, k.Prefetch, k.Linger = b, strings.TrimSpace(a), p, l
-					out = append(out, k)
+					for _, f := range o.SweepInFlight {
+						k := o.Knobs
+						k.BatchSize, k.AckMode, k.Prefetch, k.Linger, k.InFlight = b, strings.TrimSpace(a), p, l, f
+						out = append(out, k)
+					}
 				}
 			}
 		}

@@ -35,6 +35,7 @@ type Config struct {
 
 	BatchSize        int
 	BatchLinger      time.Duration
+	CommitsInFlight  int
 	Prefetch         int
 	AckMode          string
 	MaxBodyBytes     int
@@ -108,7 +109,8 @@ func settings(c *Config) []setting {
 		{"key-file", "INBOXD_KEY_FILE", "webhook TLS key file (PEM)", "", str(&c.KeyFile)},
 		{"cert-hosts", "INBOXD_CERT_HOSTS", "host names and IPs of the generated certificate, comma-separated", "localhost,127.0.0.1,inboxd", list(&c.CertHosts)},
 		{"batch-size", "INBOXD_BATCH_SIZE", "messages per ingest transaction, at most", "500", num(&c.BatchSize)},
-		{"batch-linger", "INBOXD_BATCH_LINGER", "how long a partial ingest batch waits for more messages", "20ms", dur(&c.BatchLinger)},
+		{"batch-linger", "INBOXD_BATCH_LINGER", "how long a partial ingest batch waits for more messages", "5ms", dur(&c.BatchLinger)},
+		{"commits-in-flight", "INBOXD_COMMITS_IN_FLIGHT", "ingest batches of one destination written at once (acks stay in order)", "2", num(&c.CommitsInFlight)},
 		{"prefetch", "INBOXD_PREFETCH", "broker prefetch per subscription (activemq.prefetchSize); must exceed batch-size", "2000", num(&c.Prefetch)},
 		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", "client", str(&c.AckMode)},
 		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", "262144", num(&c.MaxBodyBytes)},
@@ -154,6 +156,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchSize < 1 {
 		problems = append(problems, "batch-size must be at least 1")
+	}
+	if c.CommitsInFlight < 1 {
+		problems = append(problems, "commits-in-flight must be at least 1")
 	}
 	if c.Prefetch <= c.BatchSize {
 		problems = append(problems, fmt.Sprintf("prefetch (%d) must exceed batch-size (%d), or batches never fill", c.Prefetch, c.BatchSize))

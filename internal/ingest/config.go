@@ -38,7 +38,8 @@ func (m AckMode) stomp() (stomp.AckMode, error) {
 // Defaults for Config's zero values.
 const (
 	DefaultBatchSize     = 256
-	DefaultLinger        = 20 * time.Millisecond
+	DefaultLinger        = 5 * time.Millisecond
+	DefaultInFlight      = 2
 	DefaultCommitTimeout = 30 * time.Second
 )
 
@@ -55,12 +56,15 @@ type Config struct {
 
 	// BatchSize is the most messages one Ingest call writes (default 256).
 	BatchSize int
-	// Linger is how long a batch waits for more messages once it has one (default 20ms).
+	// Linger is how long a batch waits for more messages once it has one (default 5ms).
 	Linger time.Duration
 	// Prefetch is sent as activemq.prefetchSize: how many unacked messages the broker
 	// may push to this subscription. It must exceed BatchSize, else batches never fill;
 	// 0 means 4×BatchSize, which lets the next batch fill while one commits.
 	Prefetch int
+	// CommitsInFlight is how many batches of one destination are written at once
+	// (default DefaultInFlight); acks still follow dispatch order. 1 writes one at a time.
+	CommitsInFlight int
 	// AckMode defaults to AckIndividual.
 	AckMode AckMode
 
@@ -96,6 +100,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Linger <= 0 {
 		c.Linger = DefaultLinger
+	}
+	if c.CommitsInFlight <= 0 {
+		c.CommitsInFlight = DefaultInFlight
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 4 * c.BatchSize

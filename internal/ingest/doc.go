@@ -18,8 +18,11 @@
 //
 // The reader drains Subscription.C at once (go-stomp stalls the whole connection,
 // heart-beats and acks included, when that 16-slot channel is full). The batcher
-// collects the next batch while the committer commits the previous one; batches are
-// committed and acked in dispatch order, which is what makes a cumulative ("client")
-// ack of a batch's last message safe: it can only cover messages of this batch or of
-// batches already committed.
+// collects the next batch while the committer writes earlier ones: up to
+// CommitsInFlight batches are written at once (journal.Ingest inserts in id order, so
+// two batches sharing ids cannot deadlock), but they are acked strictly in dispatch
+// order and never after a failure. That is what makes a cumulative ("client") ack of a
+// batch's last message safe: it can only cover messages of this batch or of batches
+// already committed. A batch committed after an earlier one failed stays unacked; the
+// broker redelivers it and the journal collapses it.
 package ingest

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,12 @@ func (r recordRow) Scan(dest ...any) error {
 // batches in a row: nothing may be acked for those batches, the subscriber must come back
 // by itself, and the end state must be exact.
 func TestDatabaseGoesAway(t *testing.T) {
+	for _, inFlight := range []int{1, 2} {
+		t.Run(fmt.Sprintf("commits in flight %d", inFlight), func(t *testing.T) { testDatabaseGoesAway(t, inFlight) })
+	}
+}
+
+func testDatabaseGoesAway(t *testing.T, inFlight int) {
 	t.Parallel()
 	addr := testenv.Broker(t)
 	db := testenv.NewDB(t)
@@ -76,7 +83,7 @@ func TestDatabaseGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	kdb := &killingDB{DB: db.Pool, t: t, dbName: dbName, failOn: map[int32]bool{3: true, 4: true, 5: true}}
-	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 20, Linger: 2 * time.Millisecond}, kdb, hooks{})
+	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 20, Linger: 2 * time.Millisecond, CommitsInFlight: inFlight}, kdb, hooks{})
 	waitExact(t, db.Pool, exp, 60*time.Second)
 	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool { return r.counter("acked", q) >= float64(exp.Sent) })
 	r.stop(t)
@@ -86,8 +93,10 @@ func TestDatabaseGoesAway(t *testing.T) {
 	if failures == 0 {
 		t.Fatal("no ingest call failed: the outage was not exercised")
 	}
-	if got := r.counter("reconnects", "db"); got != float64(failures) {
-		t.Errorf("db reconnects = %v, want one per failed ingest (%d)", got, failures)
+	// One reconnect per failed session: serially that is one per failed ingest; with two
+	// writes in flight, one terminated connection pool can fail both in one session.
+	if got := r.counter("reconnects", "db"); got < 1 || got > float64(failures) || (inFlight == 1 && got != float64(failures)) {
+		t.Errorf("db reconnects = %v for %d failed ingests with %d in flight", got, failures, inFlight)
 	}
 	// Acked exactly once per delivery that was committed: failed batches were not acked,
 	// so the acked total is the number of messages plus only the redelivered duplicates.

@@ -36,6 +36,9 @@ type hooks struct {
 	afterIngest  func(ctx context.Context, destination string, res journal.Result)
 }
 
+// errSkipped stands for a batch not written because an earlier one failed.
+var errSkipped = errors.New("batch skipped after an earlier batch failed")
+
 // CommitError is the error of a session that ended because journal.Ingest failed.
 type CommitError struct{ Err error }
 
@@ -193,7 +196,10 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 		stop(fmt.Errorf("subscription to %s closed", dest))
 	}()
 
-	// Committer: one batch at a time, in order, so acks follow dispatch order.
+	// Committer: up to CommitsInFlight batches are written at once, but acked strictly in
+	// dispatch order, and nothing is acked after the first failure. So a cumulative ack
+	// only ever covers committed batches, and a batch committed after an earlier one
+	// failed stays unacked: the broker redelivers it and the journal collapses it.
 	batches := make(chan *batch)
 	failed := make(chan struct{})
 	committerDone := make(chan struct{})
@@ -201,16 +207,47 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 	var committed atomic.Bool
 	go func() {
 		defer close(committerDone)
-		for b := range batches {
-			if err := s.commit(ctx, conn, dest, b, log); err != nil {
-				commitErr = err
-				close(failed)
-				for range batches { // never ack anything after a failure
-				}
-				return
-			}
-			committed.Store(true)
+		type flight struct {
+			b    *batch
+			done chan error
 		}
+		order := make(chan *flight, s.cfg.CommitsInFlight-1) // plus the one the acker waits on
+		ackerDone := make(chan struct{})
+		go func() {
+			defer close(ackerDone)
+			for f := range order {
+				err := <-f.done
+				if commitErr != nil {
+					continue // wait out the writes in flight; ack none of them
+				}
+				if err == nil {
+					err = s.ackBatch(conn, dest, f.b)
+				}
+				if err != nil {
+					commitErr = err
+					close(failed)
+					continue
+				}
+				committed.Store(true)
+			}
+		}()
+		for b := range batches {
+			select {
+			case <-failed:
+				continue // never write (let alone ack) after a failure
+			default:
+			}
+			f := &flight{b: b, done: make(chan error, 1)}
+			order <- f // blocks while CommitsInFlight writes are under way
+			select {
+			case <-failed: // failed while we waited: the acker skips it
+				f.done <- errSkipped
+			default:
+				go func() { f.done <- s.write(ctx, dest, b, log) }()
+			}
+		}
+		close(order)
+		<-ackerDone
 	}()
 
 	// Abandon: drop the connection without acking anything more.
@@ -335,8 +372,9 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 	b.quarantined[inv.Reason]++
 }
 
-// commit writes the batch with one Ingest call and acks it only if that returned nil.
-func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string, b *batch, log *slog.Logger) error {
+// write stores the batch with one Ingest call. It runs detached from ctx, so that a
+// shutdown lets the batch in flight finish.
+func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog.Logger) error {
 	if h := s.hooks.beforeIngest; h != nil {
 		h(ctx, dest, len(b.msgs))
 	}
@@ -372,6 +410,13 @@ func (s *Subscriber) commit(ctx context.Context, conn *stompx.Conn, dest string,
 	if h := s.hooks.afterIngest; h != nil {
 		h(ctx, dest, res)
 	}
+	return nil
+}
+
+// ackBatch acknowledges a committed batch: one cumulative ACK for its last message, or
+// one ACK per message.
+func (s *Subscriber) ackBatch(conn *stompx.Conn, dest string, b *batch) error {
+	var err error
 	if s.ack == stomp.AckClient {
 		// Cumulative: covers every earlier message of this subscription, all of which
 		// belong to this batch or to batches already committed.

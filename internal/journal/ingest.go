@@ -64,8 +64,13 @@ type Result struct {
 // journaled with another payload). The journal keeps the first payload; the conflict goes
 // to quarantine. A conflict is found by comparing with rows that existed before the
 // statement; a row this statement inserts has the same payload, so it never looks like one
-// whatever snapshot the database gives the CTEs. The quarantine table is written by one
-// INSERT only, as CockroachDB refuses two mutations of a table in one statement.
+// whatever snapshot the database gives the CTEs.
+//
+// Rows are inserted in id order, so that two batches written at once lock the ids they
+// share in the same order and cannot deadlock; their sequence numbers are drawn first,
+// in arrival order, because that order is what orders the events of one aggregate.
+// The quarantine table is written by one INSERT only, as CockroachDB refuses two
+// mutations of a table in one statement.
 // convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
 // (a TEXT::BYTEA cast would interpret backslash escapes);
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
@@ -79,9 +84,13 @@ existing AS (
 	SELECT j.id, j.payload FROM journal AS j
 	WHERE j.id = ANY (SELECT (payload->>'id')::UUID FROM input)
 ),
+numbered AS (
+	SELECT o.ord, nextval('journal_sequence_no') AS seq FROM (SELECT ord FROM input ORDER BY ord) AS o
+),
 ins AS (
-	INSERT INTO journal (payload, event_type, aggregate_id, tag)
-	SELECT payload, event_type, aggregate_id, tag FROM input ORDER BY ord
+	INSERT INTO journal (payload, event_type, aggregate_id, tag, sequence_no)
+	SELECT i.payload, i.event_type, i.aggregate_id, i.tag, n.seq FROM input AS i JOIN numbered AS n ON n.ord = i.ord
+	ORDER BY (i.payload->>'id')::UUID
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ),
@@ -102,7 +111,7 @@ bad AS (
 ),
 q AS (
 	INSERT INTO quarantine (id, reason, detail, destination, message_id, headers, body, event_id)
-	SELECT id, reason, detail, destination, message_id, headers, body, event_id FROM bad
+	SELECT id, reason, detail, destination, message_id, headers, body, event_id FROM bad ORDER BY id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING reason
 )

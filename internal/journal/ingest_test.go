@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -106,5 +108,63 @@ func TestIngestIsolatesPayloadTheDatabaseRefuses(t *testing.T) {
 	}
 	if res.Inserted != 1 || res.Quarantined != 1 {
 		t.Errorf("result = %+v, want 1 inserted and 1 quarantined", res)
+	}
+}
+
+// Rows are inserted in id order (against deadlocks), but sequence numbers must follow
+// arrival order: that is the order of an aggregate's events.
+func TestIngestSequenceFollowsArrivalOrder(t *testing.T) {
+	db := testenv.NewDB(t)
+	var bt journal.Batch
+	var want []string
+	for i := 9; i >= 1; i-- { // ids arrive in descending order
+		id := fmt.Sprintf("6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a0%d", i)
+		bt.Entries = append(bt.Entries, entry(t, fmt.Sprintf(`{"id":%q,"aggregateId":"a"}`, id)))
+		want = append(want, id)
+	}
+	if _, err := journal.Ingest(context.Background(), db.Pool, bt); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Pool.Query(context.Background(), `SELECT id::TEXT FROM journal ORDER BY sequence_no`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sequence order %v, want arrival order %v", got, want)
+	}
+}
+
+// Two batches sharing ids in opposite orders, written at once, must not deadlock.
+func TestIngestConcurrentBatchesDoNotDeadlock(t *testing.T) {
+	db := testenv.NewDB(t)
+	var fwd, rev journal.Batch
+	for i := 0; i < 300; i++ {
+		body := fmt.Sprintf(`{"id":"6f1c1f0e-1c3a-4c55-9a65-%012d"}`, i)
+		fwd.Entries = append(fwd.Entries, entry(t, body))
+		rev.Entries = append([]journal.Entry{entry(t, body)}, rev.Entries...)
+	}
+	for round := 0; round < 5; round++ {
+		if _, err := db.Pool.Exec(context.Background(), `DELETE FROM journal`); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, b := range []journal.Batch{fwd, rev} {
+			go func() {
+				_, err := journal.Ingest(context.Background(), db.Pool, b)
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != 300 {
+			t.Fatalf("round %d: %d rows, want 300", round, n)
+		}
 	}
 }

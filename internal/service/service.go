@@ -89,7 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 	sub, err := ingest.New(ingest.Config{
 		Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode,
 		Destinations: cfg.Destinations,
-		BatchSize:    cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch,
+		BatchSize:    cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, DefaultEventType: cfg.DefaultEventType,
 		Logger: s.log.With("component", "ingest"), Metrics: s.m,
