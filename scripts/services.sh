@@ -70,8 +70,10 @@ activemq_up() {
   log "starting activemq (base $AMQ_BASE, log $AMQ_LOG)"
   (
     cd "$AMQ_BASE"
+    # JVM options come from Debian's /usr/share/activemq/activemq-options (512M heap),
+    # which the launcher sources after the environment; setting ACTIVEMQ_OPTS here is moot.
     export ACTIVEMQ_BASE="$AMQ_BASE" ACTIVEMQ_CONF="$AMQ_BASE/conf" ACTIVEMQ_DATA="$AMQ_BASE/data" \
-      ACTIVEMQ_TMP="$AMQ_BASE/tmp" ACTIVEMQ_OPTS="-Xms512M -Xmx1G -Dorg.apache.activemq.UseDedicatedTaskRunner=false"
+      ACTIVEMQ_TMP="$AMQ_BASE/tmp"
     setsid nohup activemq console "xbean:file:$AMQ_BASE/conf/activemq.xml" >>"$AMQ_LOG" 2>&1 </dev/null &
   )
   wait_port activemq "$STOMP_PORT" 120 || { tail -30 "$AMQ_LOG" >&2; return 1; }
