@@ -119,7 +119,7 @@ func ProcessedTimings(ctx context.Context, db DB) ([]Timing, error) {
 // ReceivedAfter returns, in sequence order, up to limit RECEIVED rows whose sequence_no
 // is above after, each as the JSON object of its columns (as a changefeed's "after"),
 // and the highest sequence_no returned (after itself when none). The benchmark's
-// stand-in for a CockroachDB changefeed polls it; journal_status_seq serves it.
+// stand-in for a CockroachDB changefeed polls it; the partial pending indexes serve it.
 func ReceivedAfter(ctx context.Context, db DB, after int64, limit int) ([][]byte, int64, error) {
 	rows, err := db.Query(ctx, `SELECT row_to_json(j)::TEXT, j.sequence_no FROM journal AS j
 		WHERE j.status = 'RECEIVED' AND j.sequence_no > $1
