@@ -1,10 +1,13 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,7 +120,33 @@ q AS (
 )
 SELECT (SELECT count(*) FROM ins),
        (SELECT count(*) FROM bad WHERE found_here),
-       (SELECT count(*) FROM q)`
+       (SELECT count(*) FROM q),
+       ARRAY(SELECT i.ord FROM input AS i
+             WHERE (i.payload->>'id')::UUID NOT IN (SELECT id FROM ins)
+               AND (i.payload->>'id')::UUID NOT IN (SELECT id FROM existing))`
+
+// racedSQL settles the entries ingestSQL could not judge: rows another transaction
+// inserted while the statement ran (it waited for them, then did nothing), which its
+// snapshot did not show. A new statement sees them committed, so a different payload is
+// recorded as an id_conflict here. It is idempotent, like the rest of the batch.
+const racedSQL = `
+WITH raced AS (
+	SELECT t.raw, t.raw::JSONB AS payload, t.tag, t.conflict_id::UUID AS conflict_id
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(raw, tag, conflict_id)
+),
+differs AS (
+	SELECT r.*, j.id AS event_id FROM raced AS r JOIN journal AS j ON j.id = (r.payload->>'id')::UUID
+	WHERE j.payload <> r.payload
+),
+q AS (
+	INSERT INTO quarantine (id, reason, detail, destination, body, event_id)
+	SELECT conflict_id, 'id_conflict', 'id already journaled with a different payload; the journal keeps the first',
+	       tag, convert_to(raw, 'UTF8'), event_id
+	FROM differs ORDER BY conflict_id
+	ON CONFLICT (id) DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
 
 // Ingest writes a batch atomically. When it returns nil every entry is either in the
 // journal or in quarantine, durably; when it returns an error nothing was written and
@@ -170,11 +199,15 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	for i, q := range bad {
 		ids[i] = message.QuarantineID(q.Reason, q.Destination, q.Body)
 		reasons[i] = string(q.Reason)
-		details[i] = q.Detail
-		dests[i] = q.Destination
-		msgIDs[i] = q.MessageID
-		h, err := json.Marshal(q.Headers)
-		if err != nil || q.Headers == nil {
+		details[i] = storable(q.Detail)
+		dests[i] = storable(q.Destination)
+		msgIDs[i] = storable(q.MessageID)
+		clean := make(map[string]string, len(q.Headers))
+		for k, v := range q.Headers {
+			clean[storable(k)] = storable(v)
+		}
+		h, err := json.Marshal(clean)
+		if err != nil {
 			h = []byte("{}")
 		}
 		headers[i] = string(h)
@@ -183,10 +216,23 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	}
 	var res Result
 	var inserted, conflicts, quarantined int64
+	var raced []int64
 	err := db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
-		ids, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs).Scan(&inserted, &conflicts, &quarantined)
+		ids, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs).Scan(&inserted, &conflicts, &quarantined, &raced)
 	if err != nil {
 		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
+	}
+	if len(raced) > 0 {
+		raws, rtags, rconf := make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced))
+		for i, ord := range raced { // ord is 1-based (WITH ORDINALITY)
+			raws[i], rtags[i], rconf[i] = payloads[ord-1], tags[ord-1], conflictIDs[ord-1]
+		}
+		var more, moreQ int64
+		if err := db.QueryRow(ctx, racedSQL, raws, rtags, rconf).Scan(&more, &moreQ); err != nil {
+			return Result{}, fmt.Errorf("checking %d entries inserted concurrently elsewhere: %w", len(raced), err)
+		}
+		conflicts += more
+		quarantined += moreQ
 	}
 	res.Inserted = int(inserted)
 	res.Conflicts = int(conflicts)
@@ -223,12 +269,31 @@ func dedupe(entries []Entry, bad []Bad) (_ []Entry, _ []Bad, dups, conflicts int
 	return out, bad, dups, conflicts
 }
 
+// storable makes a header, id or detail string fit TEXT and JSONB, which refuse NUL and
+// invalid UTF-8: a bad message must still be quarantinable. The body keeps its raw bytes.
+func storable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+}
+
+// jsonEqual compares two JSON documents as values. Numbers compare by their text, not
+// as float64, which would call 10000000000000001 and 10000000000000000 equal.
 func jsonEqual(a, b []byte) bool {
 	if string(a) == string(b) {
 		return true
 	}
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+	decode := func(d []byte) (any, error) {
+		dec := json.NewDecoder(bytes.NewReader(d))
+		dec.UseNumber()
+		var v any
+		err := dec.Decode(&v)
+		return v, err
+	}
+	x, errX := decode(a)
+	y, errY := decode(b)
+	if errX != nil || errY != nil {
 		return false
 	}
 	ax, _ := json.Marshal(x)
@@ -242,7 +307,8 @@ func isolatePoison(ctx context.Context, db DB, entries []Entry, bad []Bad) ([]En
 	kept := entries[:0:0]
 	for _, e := range entries {
 		var ok bool
-		err := db.QueryRow(ctx, `SELECT ($1::TEXT::JSONB->>'id')::UUID IS NOT NULL`, string(e.Event.Payload)).Scan(&ok)
+		err := db.QueryRow(ctx, `SELECT ($1::TEXT::JSONB->>'id')::UUID IS NOT NULL AND length($2::TEXT || $3::TEXT || $4::TEXT) >= 0`,
+			string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination).Scan(&ok)
 		switch {
 		case err == nil:
 			kept = append(kept, e)

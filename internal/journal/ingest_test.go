@@ -168,3 +168,67 @@ func TestIngestConcurrentBatchesDoNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// The same id with different payloads, written at once by two transactions (two
+// destinations or instances): one payload is journaled, the other is recorded as a
+// conflict, however the two interleave.
+func TestIngestConcurrentConflictIsRecorded(t *testing.T) {
+	db := testenv.NewDB(t)
+	for round := 0; round < 10; round++ {
+		id := fmt.Sprintf("6f1c1f0e-1c3a-4c55-9a65-%012d", round)
+		var batches [2]journal.Batch
+		for i := range batches {
+			// Padding rows make the statements long enough to overlap.
+			for j := 0; j < 200; j++ {
+				batches[i].Entries = append(batches[i].Entries, entry(t, fmt.Sprintf(`{"id":"7f1c1f0e-1c3a-4c55-9a65-%06d%06d","p":%d}`, round, i*1000+j, i)))
+			}
+			batches[i].Entries = append(batches[i].Entries, entry(t, fmt.Sprintf(`{"id":%q,"writer":%d}`, id, i)))
+		}
+		results := make(chan journal.Result, 2)
+		for _, b := range batches {
+			go func() {
+				res, err := journal.Ingest(context.Background(), db.Pool, b)
+				if err != nil {
+					t.Error(err)
+				}
+				results <- res
+			}()
+		}
+		conflicts := 0
+		for range 2 {
+			conflicts += (<-results).Conflicts
+		}
+		if conflicts != 1 {
+			t.Errorf("round %d: %d conflicts reported, want 1", round, conflicts)
+		}
+		var n int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM quarantine WHERE event_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("round %d: %d conflict rows in quarantine, want 1", round, n)
+		}
+	}
+}
+
+// A bad message whose headers the database could not store as they are is still
+// quarantined, with its body intact.
+func TestIngestQuarantinesUnstorableHeaders(t *testing.T) {
+	db := testenv.NewDB(t)
+	bad := journal.Bad{Reason: message.ReasonInvalidHeader, Detail: "bad \x00 detail", Destination: "/queue/q",
+		MessageID: "id-\xff", Headers: map[string]string{"event-type": "a\x00b", "k\x00": "\xfe"}, Body: []byte("raw\x00body")}
+	res, err := journal.Ingest(context.Background(), db.Pool, journal.Batch{Bad: []journal.Bad{bad}})
+	if err != nil {
+		t.Fatalf("ingest: %v", err)
+	}
+	if res.Quarantined != 1 {
+		t.Fatalf("quarantined %d, want 1", res.Quarantined)
+	}
+	var body []byte
+	if err := db.Pool.QueryRow(context.Background(), `SELECT body FROM quarantine`).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != string(bad.Body) {
+		t.Errorf("body %q, want the raw bytes %q", body, bad.Body)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -21,7 +22,13 @@ const (
 	ReasonMissingID  Reason = "missing_id"
 	ReasonInvalidID  Reason = "invalid_id"
 	ReasonIDConflict Reason = "id_conflict"
+	// ReasonInvalidHeader: an event-type or aggregate-id header the database cannot
+	// store (NUL, invalid UTF-8) or that is absurdly long.
+	ReasonInvalidHeader Reason = "invalid_header"
 )
+
+// maxHeaderValue bounds the event-type and aggregate-id a message may carry.
+const maxHeaderValue = 256
 
 // DefaultMaxBodyBytes bounds a message body; larger ones are quarantined, not parsed.
 const DefaultMaxBodyBytes = 256 << 10
@@ -74,7 +81,7 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	if !utf8.Valid(body) {
 		return Event{}, &Invalid{ReasonNotJSON, "body is not valid UTF-8"}
 	}
-	if bytes.Contains(body, []byte(`\u0000`)) {
+	if bytes.Contains(body, []byte(`\u0000`)) && containsNUL(body) {
 		return Event{}, &Invalid{ReasonNotJSON, `body contains \u0000, which JSONB cannot store`}
 	}
 	var fields map[string]json.RawMessage
@@ -101,6 +108,11 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" %q is not a UUID`, truncate(id, 64))}
 	}
 	ev := Event{ID: canon, Payload: body}
+	for _, name := range []string{HeaderEventType, HeaderAggregateID} {
+		if v := header(name); !storable(v) {
+			return Event{}, &Invalid{ReasonInvalidHeader, fmt.Sprintf("header %s must be valid UTF-8 without NUL and at most %d bytes", name, maxHeaderValue)}
+		}
+	}
 	ev.EventType = header(HeaderEventType)
 	if ev.EventType == "" {
 		ev.EventType = stringField(fields, "type")
@@ -116,6 +128,28 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 		ev.AggregateID = canon
 	}
 	return ev, nil
+}
+
+// storable reports whether a header value fits a TEXT column: PostgreSQL refuses NUL.
+func storable(v string) bool {
+	return len(v) <= maxHeaderValue && utf8.ValidString(v) && !strings.ContainsRune(v, 0)
+}
+
+// containsNUL reports whether a decoded string or key of the JSON document holds NUL,
+// which JSONB refuses. The raw text alone cannot tell: `"\\u0000"` is an escaped
+// backslash followed by "u0000", which JSONB stores fine.
+func containsNUL(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false // not JSON: the caller reports that
+		}
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return true
+		}
+	}
 }
 
 func stringField(fields map[string]json.RawMessage, name string) string {
