@@ -19,8 +19,9 @@
 // The reader drains Subscription.C at once (go-stomp stalls the whole connection,
 // heart-beats and acks included, when that 16-slot channel is full). The batcher
 // collects the next batch while the committer writes earlier ones: up to
-// CommitsInFlight batches are written at once (journal.Ingest inserts in id order, so
-// two batches sharing ids cannot deadlock), but they are acked strictly in dispatch
+// CommitsInFlight batches are written at once, but a batch that shares an event id or
+// an aggregate with a write under way waits for it, so one aggregate's events are
+// journaled (and so processed) in broker order. Batches are acked strictly in dispatch
 // order and never after a failure. That is what makes a cumulative ("client") ack of a
 // batch's last message safe: it can only cover messages of this batch or of batches
 // already committed. A batch committed after an earlier one failed stays unacked; the

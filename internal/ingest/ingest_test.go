@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -194,4 +195,51 @@ func TestGracefulShutdownMidStream(t *testing.T) {
 	})
 	second.stop(t)
 	assertDrained(t, addr, q)
+}
+
+// With several batches written at once, the events of one aggregate must still get
+// sequence numbers (the processing order) in broker order.
+func TestAggregateOrderWithCommitsInFlight(t *testing.T) {
+	t.Parallel()
+	addr := testenv.Broker(t)
+	db := testenv.NewDB(t)
+	q := testenv.Queue(t)
+	const aggregates, perAggregate = 5, 60
+	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1) // one connection: the broker keeps its order
+	t.Cleanup(func() { pub.Close() })
+	for n := 0; n < perAggregate; n++ {
+		for a := 0; a < aggregates; a++ {
+			body := fmt.Sprintf(`{"id":%q,"aggregateId":"agg-%d","n":%d}`, message.NewID(), a, n)
+			if err := pub.Publish(context.Background(), q, []byte(body), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 7, Linger: time.Millisecond,
+		CommitsInFlight: 3, AckMode: AckCumulative}, db.Pool, hooks{})
+	testenv.Eventually(t, 30*time.Second, "all journaled", func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM journal`) == aggregates*perAggregate
+	})
+	r.stop(t)
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT aggregate_id, (payload->>'n')::INT FROM journal ORDER BY aggregate_id, sequence_no`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	last := map[string]int{}
+	for rows.Next() {
+		var agg string
+		var n int
+		if err := rows.Scan(&agg, &n); err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := last[agg]; ok && n != prev+1 {
+			t.Errorf("%s: event %d follows event %d in sequence order", agg, n, prev)
+		}
+		last[agg] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,29 @@ type Subscriber struct {
 type hooks struct {
 	beforeIngest func(ctx context.Context, destination string, messages int)
 	afterIngest  func(ctx context.Context, destination string, res journal.Result)
+}
+
+// overlaps reports whether two batches share an event id or an aggregate.
+func (b *batch) overlaps(o *batch) bool {
+	small, large := b.keys, o.keys
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	for k := range small {
+		if _, ok := large[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // errSkipped stands for a batch not written because an earlier one failed.
@@ -138,7 +162,9 @@ func (s *Subscriber) reconnected(component string) {
 
 // batch is what one Ingest call writes and the messages it acknowledges afterwards.
 type batch struct {
-	id          uint64
+	id uint64
+	// keys are the event ids and aggregate ids of the batch's entries.
+	keys        map[string]struct{}
 	msgs        []*stomp.Message
 	jb          journal.Batch
 	quarantined map[message.Reason]int
@@ -208,8 +234,9 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 	go func() {
 		defer close(committerDone)
 		type flight struct {
-			b    *batch
-			done chan error
+			b       *batch
+			done    chan error
+			written chan struct{} // closed when the write has returned
 		}
 		order := make(chan *flight, s.cfg.CommitsInFlight-1) // plus the one the acker waits on
 		ackerDone := make(chan struct{})
@@ -231,19 +258,35 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 				committed.Store(true)
 			}
 		}()
+		var running []*flight // writes that may still be under way, oldest first
 		for b := range batches {
 			select {
 			case <-failed:
 				continue // never write (let alone ack) after a failure
 			default:
 			}
-			f := &flight{b: b, done: make(chan error, 1)}
+			f := &flight{b: b, done: make(chan error, 1), written: make(chan struct{})}
 			order <- f // blocks while CommitsInFlight writes are under way
+			// A batch sharing an event id or an aggregate with a write under way waits
+			// for it: that keeps sequence numbers, commit order and so processing order
+			// of one aggregate in broker order, and lets the journal judge a repeated id
+			// against the committed first one.
+			running = slices.DeleteFunc(running, func(r *flight) bool { return isClosed(r.written) })
+			for _, r := range running {
+				if r.b.overlaps(b) {
+					<-r.written
+				}
+			}
 			select {
 			case <-failed: // failed while we waited: the acker skips it
 				f.done <- errSkipped
+				close(f.written)
 			default:
-				go func() { f.done <- s.write(ctx, dest, b, log) }()
+				running = append(running, f)
+				go func() {
+					defer close(f.written)
+					f.done <- s.write(ctx, dest, b, log)
+				}()
 			}
 		}
 		close(order)
@@ -345,6 +388,13 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType})
 	if err == nil {
 		b.jb.Entries = append(b.jb.Entries, journal.Entry{Event: ev, Destination: dest})
+		if s.cfg.CommitsInFlight > 1 {
+			if b.keys == nil {
+				b.keys = make(map[string]struct{}, 2*s.cfg.BatchSize)
+			}
+			b.keys["e:"+ev.ID] = struct{}{}
+			b.keys["a:"+ev.AggregateID] = struct{}{}
+		}
 		return
 	}
 	inv, ok := errors.AsType[*message.Invalid](err)
