@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -29,7 +31,16 @@ func filterAttrs(f journal.Filter) map[string]any {
 		m["status"] = f.Statuses
 	}
 	if len(f.Contains) > 0 {
-		m["payload"] = string(f.Contains)
+		// Only the field names: payload values can be personal data (emails, names).
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(f.Contains, &fields) == nil {
+			keys := make([]string, 0, len(fields))
+			for k := range fields {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			m["payload_fields"] = keys
+		}
 	}
 	if !f.Since.IsZero() {
 		m["since"] = f.Since
@@ -124,7 +135,13 @@ func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
 	}
 	if err != nil {
 		s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n, "err", err.Error())
-		return internal(mode.String()+" failed; entries counted were requeued, repeating is harmless", err)
+		if journal.IsDataError(err) {
+			return badRequest("the filter cannot be evaluated", err.Error())
+		}
+		if dry {
+			return internal(mode.String()+" dry run failed; nothing was changed", err)
+		}
+		return internal(fmt.Sprintf("%s failed after requeueing %d entries; repeating is harmless", mode, n), err)
 	}
 	s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n)
 	return c.JSON(http.StatusOK, bulkResponse{Action: mode.String(), DryRun: dry, Count: n})
@@ -249,6 +266,9 @@ func (s *Server) adminReinject(c echo.Context) error {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			return badRequest("invalid JSON body", jsonProblem(err))
+		}
+		if dec.More() {
+			return badRequest("invalid JSON body", "trailing data after the JSON object")
 		}
 	}
 	if req.Destination != "" && !validDestination(req.Destination) {

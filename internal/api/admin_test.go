@@ -162,6 +162,7 @@ func TestAdminRetryFilter(t *testing.T) {
 		{"NUL refused", `{"payload":{"a":"\u0000"}}`, 400, 0, false},
 		{"type with NUL refused", `{"type":"a\u0000"}`, 400, 0, false},
 		{"wrong type", `{"dry_run":"yes"}`, 400, 0, false},
+		{"number the database cannot hold is a 400, not a 500", `{"payload":{"a":1e999999},"dry_run":true}`, 400, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

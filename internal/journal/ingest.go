@@ -326,8 +326,10 @@ func isolatePoison(ctx context.Context, db DB, entries []Entry, bad []Bad) ([]En
 	return kept, bad, nil
 }
 
-// isDataError reports SQLSTATE class 22 (data exception), the class of a payload the
-// database will not store, as opposed to the database being unavailable.
+// IsDataError reports SQLSTATE class 22 (data exception): a value the database will not
+// store or compute with, as opposed to the database being unavailable.
+func IsDataError(err error) bool { return isDataError(err) }
+
 func isDataError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "22"

@@ -14,8 +14,8 @@ import (
 // Retry and replay both requeue an entry the same way: status FAILED, attempts 0,
 // next_attempt_at now(). A FAILED entry whose next attempt is due is exactly what the
 // sweeper and the processing engine pick up, so no other component needs to know about
-// operator actions; on CockroachDB the UPDATE also reaches the changefeed, so the webhook
-// sees the entry again at once. last_error and processed_at are left as they were: they
+// operator actions. The default changefeed emits RECEIVED rows only, so a requeued entry
+// is the sweeper's, within one sweep interval, whichever database. last_error and processed_at are left as they were: they
 // are the history of the previous attempts, and the next attempt overwrites them.
 // Requeueing an entry that is already due changes nothing an observer can act on, so
 // every action is idempotent.
