@@ -62,13 +62,16 @@ type Pass struct {
 
 // Run sweeps every Interval until ctx ends, then returns nil. A pass that claims a
 // full batch is followed at once by another. Errors are logged and the next pass
-// tries again.
+// tries again. A pass under way when ctx ends runs to its end (bounded by the lease):
+// cancelling it would leave its claimed entries leased, and so idle, for a lease.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		for {
-			p, err := s.Sweep(ctx)
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+			p, err := s.Sweep(pctx)
+			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
