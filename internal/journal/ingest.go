@@ -115,7 +115,8 @@ bad AS (
 q AS (
 	INSERT INTO quarantine (id, reason, detail, destination, message_id, headers, body, event_id)
 	SELECT id, reason, detail, destination, message_id, headers, body, event_id FROM bad ORDER BY id
-	ON CONFLICT (id) DO NOTHING
+	ON CONFLICT (id) DO UPDATE SET reinjected_at = NULL, received_at = now()
+	    WHERE quarantine.reinjected_at IS NOT NULL -- re-injected, and bad again
 	RETURNING reason
 )
 SELECT (SELECT count(*) FROM ins),
@@ -176,6 +177,7 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 }
 
 func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, error) {
+	bad, ids := uniqueBad(bad)
 	payloads := make([]string, len(entries))
 	types := make([]string, len(entries))
 	aggs := make([]string, len(entries))
@@ -188,7 +190,6 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 		aggs[i] = e.Event.AggregateID
 		tags[i] = e.Destination
 	}
-	ids := make([]string, len(bad))
 	reasons := make([]string, len(bad))
 	details := make([]string, len(bad))
 	dests := make([]string, len(bad))
@@ -197,7 +198,6 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	bodies := make([][]byte, len(bad))
 	eventIDs := make([]string, len(bad))
 	for i, q := range bad {
-		ids[i] = message.QuarantineID(q.Reason, q.Destination, q.Body)
 		reasons[i] = string(q.Reason)
 		details[i] = storable(q.Detail)
 		dests[i] = storable(q.Destination)
@@ -267,6 +267,22 @@ func dedupe(entries []Entry, bad []Bad) (_ []Entry, _ []Bad, dups, conflicts int
 		})
 	}
 	return out, bad, dups, conflicts
+}
+
+// uniqueBad drops repeats of one bad message in a batch: they share a quarantine id, and
+// one INSERT … ON CONFLICT DO UPDATE may not touch a row twice.
+// It returns the kept messages and their quarantine ids.
+func uniqueBad(bad []Bad) ([]Bad, []string) {
+	seen := make(map[string]bool, len(bad))
+	out, ids := bad[:0:0], make([]string, 0, len(bad))
+	for _, b := range bad {
+		id := message.QuarantineID(b.Reason, b.Destination, b.Body)
+		if !seen[id] {
+			seen[id] = true
+			out, ids = append(out, b), append(ids, id)
+		}
+	}
+	return out, ids
 }
 
 // storable makes a header, id or detail string fit TEXT and JSONB, which refuse NUL and

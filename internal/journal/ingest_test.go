@@ -232,3 +232,31 @@ func TestIngestQuarantinesUnstorableHeaders(t *testing.T) {
 		t.Errorf("body %q, want the raw bytes %q", body, bad.Body)
 	}
 }
+
+// A re-injected message that is still bad is quarantined again, visibly: its row loses
+// reinjected_at, so the operator does not see "re-injected" for a message that failed.
+func TestIngestRequarantinesReinjectedMessage(t *testing.T) {
+	db := testenv.NewDB(t)
+	bad := journal.Bad{Reason: message.ReasonNotJSON, Detail: "x", Destination: "/queue/q", Body: []byte("nope")}
+	batch := journal.Batch{Bad: []journal.Bad{bad, bad}} // twice in one batch, too
+	if _, err := journal.Ingest(context.Background(), db.Pool, batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE quarantine SET reinjected_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := journal.Ingest(context.Background(), db.Pool, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Quarantined != 1 {
+		t.Errorf("quarantined %d, want 1 (the re-injected message, again)", res.Quarantined)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine WHERE reinjected_at IS NULL`); n != 1 {
+		t.Errorf("%d rows without reinjected_at, want 1", n)
+	}
+	// Redelivered again before any re-injection: nothing changes.
+	if res, err := journal.Ingest(context.Background(), db.Pool, batch); err != nil || res.Quarantined != 0 {
+		t.Errorf("redelivery: %+v, %v; want nothing new", res, err)
+	}
+}

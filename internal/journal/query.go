@@ -67,7 +67,10 @@ func hasContains(c json.RawMessage) bool {
 }
 
 // Page is a keyset page over sequence_no: never OFFSET, so a page costs the same
-// wherever it is and rows inserted meanwhile neither shift nor repeat pages.
+// wherever it is and rows inserted meanwhile neither shift nor repeat pages. A
+// sequence number is drawn before its row commits, so a row still committing (an
+// ingest batch takes milliseconds) can land behind a cursor already handed out; a
+// client tailing the journal with order=asc should re-read its last few seconds.
 type Page struct {
 	Limit int
 	Desc  bool
