@@ -165,6 +165,9 @@ func (s *Server) postRegistration(c echo.Context) error {
 		HeaderContentType:         echo.MIMEApplicationJSON,
 		message.HeaderEventType:   EventTypeRegistration,
 		message.HeaderAggregateID: r.AggregateID,
+		// ActiveMQ message groups: with competing consumers on the queue, one customer's
+		// events still go to one consumer, in order.
+		"JMSXGroupID": r.AggregateID,
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.PublishTimeout)
 	defer cancel()
