@@ -62,15 +62,18 @@ type Pass struct {
 
 // Run sweeps every Interval until ctx ends, then returns nil. A pass that claims a
 // full batch is followed at once by another. Errors are logged and the next pass
-// tries again. A pass under way when ctx ends runs to its end (bounded by the lease):
-// cancelling it would leave its claimed entries leased, and so idle, for a lease.
+// tries again. A pass under way when ctx ends may finish within one more lease:
+// cancelling it at once would leave its claimed entries leased, and so idle, for a lease.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		for ctx.Err() == nil {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+			// Not cancelled with ctx: once ctx ends the pass gets one lease more to finish.
+			pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.Lease, cancel) })
 			p, err := s.Sweep(pctx)
+			stop()
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
