@@ -124,9 +124,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	}
 
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
-	waitExact(t, db.Pool, exp, 30*time.Second)
-	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool { return r.counter("acked", q) == float64(exp.Sent) })
-	r.stop(t)
+	r.finishExact(t, db.Pool, q, exp)
 	// The committed batch came back and collapsed: its entries count as duplicates now.
 	if dups := r.counter("duplicates", q); dups <= float64(exp.Duplicates) {
 		t.Errorf("duplicates = %v, want more than the %d published (the redelivered committed batch)", dups, exp.Duplicates)
@@ -147,9 +145,7 @@ func TestCrashBeforeCommit(t *testing.T) {
 	}
 
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
-	waitExact(t, db.Pool, exp, 30*time.Second)
-	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool { return r.counter("acked", q) == float64(exp.Sent) })
-	r.stop(t)
+	r.finishExact(t, db.Pool, q, exp)
 	if dups := r.counter("duplicates", q); dups != float64(exp.Duplicates) {
 		t.Errorf("duplicates = %v, want %d", dups, exp.Duplicates)
 	}

@@ -155,6 +155,17 @@ func waitExact(t testing.TB, db journal.DB, exp loadgen.Expected, within time.Du
 	}
 }
 
+// finishExact waits until the journal holds exactly what exp says and the subscriber
+// has acked every message once, then stops it.
+func (r *running) finishExact(t *testing.T, db journal.DB, dest string, exp loadgen.Expected) {
+	t.Helper()
+	waitExact(t, db, exp, 30*time.Second)
+	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool {
+		return r.counter("acked", dest) == float64(exp.Sent)
+	})
+	r.stop(t)
+}
+
 // assertDrained proves that no message is left on dest, acked or not: with every
 // consumer gone, a sentinel published now must be the first message a fresh consumer
 // gets, since a queue hands unacked messages back in their original order.

@@ -62,11 +62,7 @@ func TestIngestExact(t *testing.T) {
 			exp := publishPlan(t, addr, q, 400, 0.25, 0.04, 7)
 			r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, AckMode: tt.ack,
 				BatchSize: tt.batch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
-			waitExact(t, db.Pool, exp, 30*time.Second)
-			testenv.Eventually(t, 10*time.Second, "every message acked", func() bool {
-				return r.counter("acked", q) == float64(exp.Sent)
-			})
-			r.stop(t)
+			r.finishExact(t, db.Pool, q, exp)
 			if got := r.counter("duplicates", q); got != float64(exp.Duplicates) {
 				t.Errorf("duplicates counted = %v, want %d", got, exp.Duplicates)
 			}

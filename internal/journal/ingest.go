@@ -199,12 +199,12 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	eventIDs := make([]string, len(bad))
 	for i, q := range bad {
 		reasons[i] = string(q.Reason)
-		details[i] = storable(q.Detail)
-		dests[i] = storable(q.Destination)
-		msgIDs[i] = storable(q.MessageID)
+		details[i] = makeStorable(q.Detail)
+		dests[i] = makeStorable(q.Destination)
+		msgIDs[i] = makeStorable(q.MessageID)
 		clean := make(map[string]string, len(q.Headers))
 		for k, v := range q.Headers {
-			clean[storable(k)] = storable(v)
+			clean[makeStorable(k)] = makeStorable(v)
 		}
 		h, err := json.Marshal(clean)
 		if err != nil {
@@ -285,9 +285,9 @@ func uniqueBad(bad []Bad) ([]Bad, []string) {
 	return out, ids
 }
 
-// storable makes a header, id or detail string fit TEXT and JSONB, which refuse NUL and
+// makeStorable makes a header, id or detail string fit TEXT and JSONB, which refuse NUL and
 // invalid UTF-8: a bad message must still be quarantinable. The body keeps its raw bytes.
-func storable(s string) string {
+func makeStorable(s string) string {
 	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
 		return s
 	}
