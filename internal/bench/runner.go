@@ -306,11 +306,11 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Meas
 func waitProcessed(ctx context.Context, db journal.DB, want int, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		n, err := journal.CountStatus(ctx, db, journal.StatusProcessed)
+		n, err := journal.CountByStatus(ctx, db, journal.StatusProcessed)
 		if err != nil {
 			return err
 		}
-		if n >= want {
+		if n >= int64(want) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -55,15 +55,6 @@ func CountRows(ctx context.Context, db DB) (Counts, error) {
 	return c, nil
 }
 
-// CountStatus counts the journal rows in one status.
-func CountStatus(ctx context.Context, db DB, status string) (int, error) {
-	var n int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, status).Scan(&n); err != nil {
-		return 0, fmt.Errorf("counting %s journal rows: %w", status, err)
-	}
-	return int(n), nil
-}
-
 // IDs returns every journal id.
 func IDs(ctx context.Context, db DB) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT id::TEXT FROM journal`)
