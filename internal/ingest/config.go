@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -52,7 +53,20 @@ type Config struct {
 	HeartBeat time.Duration // 0 means stompx.DefaultHeartBeat
 
 	// Destinations to consume, one connection and subscription each, e.g. "/queue/registrations".
+	// A "/topic/…" destination gets a durable subscription (see Durable); a plain topic
+	// subscription loses whatever is published while inboxd is disconnected.
 	Destinations []string
+
+	// ClientID and SubscriptionName name the durable subscription of each topic
+	// destination. ActiveMQ lets one connection at a time hold a client id, so the
+	// connection of topic T connects as "<ClientID>.<T>" (see Durable). Both must stay
+	// the same across restarts, or the old subscription is abandoned on the broker.
+	ClientID         string
+	SubscriptionName string
+	// NonDurableTopics opts in to plain topic subscriptions, which lose every message
+	// published while inboxd is disconnected. Without it, a topic destination with no
+	// ClientID or SubscriptionName is refused (ErrNonDurableTopic).
+	NonDurableTopics bool
 
 	// BatchSize is the most messages one Ingest call writes (default 256).
 	BatchSize int
@@ -94,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("ingest: destination %q is empty or repeated", d)
 		}
 		seen[d] = true
+		if stompx.IsTopic(d) && !c.NonDurableTopics && (c.ClientID == "" || c.SubscriptionName == "") {
+			return c, fmt.Errorf("ingest: %w", NonDurableTopicError(d))
+		}
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
@@ -126,6 +143,42 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// ErrNonDurableTopic is returned for a topic destination that would be subscribed
+// non-durably without an explicit opt-in.
+var ErrNonDurableTopic = errors.New("refusing a non-durable topic subscription")
+
+// NonDurableTopicError says why a topic destination without a durable subscription is
+// refused, and what to do instead.
+func NonDurableTopicError(dest string) error {
+	return fmt.Errorf("%w: %s is a topic, and with no client id or subscription name inboxd would subscribe "+
+		"non-durably: every event published while it is stopped, restarting or reconnecting would be lost "+
+		"without a trace. Set a client id and a subscription name (a durable subscription), consume a virtual "+
+		"topic through its queue (/queue/Consumer.<app>.VirtualTopic.<name>), or accept the loss explicitly "+
+		"with the non-durable-topics setting", ErrNonDurableTopic, dest)
+}
+
+// Durable is the durable subscription of one topic destination.
+type Durable struct {
+	ClientID    string // the connection's client-id
+	Name        string // activemq.subscriptionName
+	Destination string
+}
+
+// DurableFor returns the durable subscription inboxd uses for a topic destination:
+// client id "<clientID>.<topic name>", so that each topic's connection has a client id
+// of its own, and the subscription name as given.
+func DurableFor(clientID, name, dest string) Durable {
+	return Durable{ClientID: clientID + "." + strings.TrimPrefix(dest, "/topic/"), Name: name, Destination: dest}
+}
+
+// durable reports the durable subscription of dest, if it gets one.
+func (c Config) durable(dest string) (Durable, bool) {
+	if !stompx.IsTopic(dest) || c.NonDurableTopics {
+		return Durable{}, false
+	}
+	return DurableFor(c.ClientID, c.SubscriptionName, dest), true
 }
 
 func (c Config) broker() stompx.Config {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
@@ -33,7 +34,9 @@ type Subscriber struct {
 // hooks let tests stop the pipeline at precise points (for example to kill the process
 // between commit and ack). They are nil in production.
 type hooks struct {
-	beforeIngest func(ctx context.Context, destination string, messages int)
+	// beforeSubscribe runs once connected, right before SUBSCRIBE.
+	beforeSubscribe func(ctx context.Context, destination string)
+	beforeIngest    func(ctx context.Context, destination string, messages int)
 	afterIngest  func(ctx context.Context, destination string, res journal.Result)
 }
 
@@ -98,6 +101,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 func (s *Subscriber) consume(ctx context.Context, dest string) {
 	log := s.cfg.Logger.With("destination", dest)
 	bo := s.cfg.Backoff
+	standby := false
+	if stompx.IsTopic(dest) && s.cfg.NonDurableTopics {
+		log.Warn("non-durable topic subscription (opted in with non-durable-topics): " +
+			"events published while inboxd is disconnected are lost")
+	}
 	for {
 		started := time.Now()
 		progressed, err := s.session(ctx, dest, log)
@@ -120,8 +128,21 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 			continue
 		}
 		delay := bo.Next()
-		log.Warn("broker session ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
-		s.reconnected("stomp")
+		if errors.Is(err, stompx.ErrClientIDInUse) {
+			// Standby: another connection (another instance with the same client id, or
+			// this one's previous connection the broker has not dropped yet) holds the
+			// durable subscription. Only one connection can consume it; take over when
+			// it lets go.
+			if !standby {
+				log.Warn("standby: another connection holds this destination's client id, so it is consuming the "+
+					"durable subscription; retrying until it lets go", "err", err)
+			}
+			standby = true
+		} else {
+			standby = false
+			log.Warn("broker session ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+			s.reconnected("stomp")
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -174,19 +195,33 @@ type batch struct {
 // a clean shutdown, with a nil error unless cleanup failed) or when the connection or a
 // commit fails. progressed reports whether at least one batch was committed and acked.
 func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger) (progressed bool, err error) {
-	conn, err := stompx.DialConn(ctx, s.cfg.broker())
+	bcfg := s.cfg.broker()
+	subOpts := []func(*frame.Frame) error{stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(s.cfg.Prefetch))}
+	durable, isDurable := s.cfg.durable(dest)
+	if isDurable {
+		bcfg.ClientID = durable.ClientID
+		subOpts = append(subOpts, stomp.SubscribeOpt.Header(stompx.HeaderSubscriptionName, durable.Name))
+	}
+	conn, err := stompx.DialConn(ctx, bcfg)
 	if err != nil {
 		return false, err
 	}
-	sub, err := conn.Subscribe(dest, s.ack,
-		stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(s.cfg.Prefetch)))
+	if isDurable {
+		// Recorded before SUBSCRIBE creates it, so that no subscription the broker keeps
+		// messages for is unknown to "inboxd subscriptions list".
+		if err := journal.RecordSubscription(ctx, s.db, durable.ClientID, durable.Name, dest); err != nil {
+			conn.Abort()
+			return false, err
+		}
+	}
+	if h := s.hooks.beforeSubscribe; h != nil {
+		h(ctx, dest)
+	}
+	sub, err := conn.Subscribe(dest, s.ack, subOpts...)
 	if err != nil {
 		conn.Abort()
 		return false, fmt.Errorf("subscribing to %s: %w", dest, err)
 	}
-	s.ready.Add(1)
-	defer s.ready.Add(-1)
-	log.Info("subscribed", "ack", string(s.cfg.AckMode), "prefetch", s.cfg.Prefetch, "batch", s.cfg.BatchSize)
 
 	// Reader: drains sub.C promptly until go-stomp closes it, forwarding to the batcher
 	// until the first error or until told to stop; afterwards it discards (what it
@@ -221,6 +256,23 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 		}
 		stop(fmt.Errorf("subscription to %s closed", dest))
 	}()
+
+	// go-stomp does not wait for SUBSCRIBE to take effect. The broker handles one
+	// connection's frames in order, so a receipt for a later frame proves the
+	// subscription exists: only then is this destination ready (for a non-durable topic
+	// that is when messages stop being lost). Placed after the reader starts, since
+	// messages may arrive before the receipt.
+	if err := subscribed(conn); err != nil {
+		conn.Abort()
+		<-readerDone
+		return false, fmt.Errorf("subscribing to %s: %w", dest, err)
+	}
+	s.ready.Add(1)
+	defer s.ready.Add(-1)
+	if isDurable {
+		log = log.With("client_id", durable.ClientID, "subscription", durable.Name)
+	}
+	log.Info("subscribed", "ack", string(s.cfg.AckMode), "prefetch", s.cfg.Prefetch, "batch", s.cfg.BatchSize, "durable", isDurable)
 
 	// Committer: up to CommitsInFlight batches are written at once, but acked strictly in
 	// dispatch order, and nothing is acked after the first failure. So a cumulative ack
@@ -346,6 +398,16 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 			linger.Stop()
 		}
 	}
+}
+
+// subscribed waits until the broker has processed every frame sent so far, the SUBSCRIBE
+// included: an empty transaction aborted with a receipt (bounded by the receipt timeout).
+func subscribed(conn *stompx.Conn) error {
+	tx, err := conn.BeginWithError()
+	if err != nil {
+		return err
+	}
+	return tx.AbortWithReceipt()
 }
 
 // shutdown ends a session on request: stop reading, commit and ack what was already

@@ -37,7 +37,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// ReceiptTimeout bounds waits for RECEIPT frames (sends, unsubscribe, disconnect).
 	ReceiptTimeout time.Duration
-	Logger         *slog.Logger
+	// ClientID is sent as the CONNECT client-id header: the identity a durable topic
+	// subscription belongs to. ActiveMQ lets one connection at a time hold a client id
+	// (see ErrClientIDInUse). Empty means none, as for queues.
+	ClientID string
+	Logger   *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +133,9 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 	if cfg.Login != "" || cfg.Passcode != "" {
 		opts = append(opts, stomp.ConnOpt.Login(cfg.Login, cfg.Passcode))
 	}
+	if cfg.ClientID != "" {
+		opts = append(opts, stomp.ConnOpt.Header(HeaderClientID, cfg.ClientID))
+	}
 	sc, err := stomp.ConnectWithContext(ctx, raw, opts...)
 	if !stop() {
 		// The deadline was set (or is being set); the connection cannot be trusted.
@@ -140,6 +147,9 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	if err != nil {
 		_ = raw.Close()
+		if cfg.ClientID != "" && clientIDInUse(err) {
+			return nil, fmt.Errorf("%w: client id %q at %s: %w", ErrClientIDInUse, cfg.ClientID, cfg.Addr, err)
+		}
 		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, err)
 	}
 	return &Conn{Conn: sc, raw: raw}, nil

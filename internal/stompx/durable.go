@@ -1,0 +1,106 @@
+package stompx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-stomp/stomp/v3"
+)
+
+// ActiveMQ's STOMP extensions for durable topic subscriptions
+// (https://activemq.apache.org/components/classic/documentation/stomp, "ActiveMQ
+// extensions to STOMP"): CONNECT carries client-id, SUBSCRIBE carries
+// activemq.subscriptionName, and an UNSUBSCRIBE that carries activemq.subscriptionName
+// on a connection with the same client-id deletes the subscription (ProtocolConverter.
+// onStompUnsubscribe sends a RemoveSubscriptionInfo). A plain UNSUBSCRIBE only detaches
+// the consumer: the subscription stays, and keeps collecting messages.
+const (
+	HeaderClientID         = "client-id"
+	HeaderSubscriptionName = "activemq.subscriptionName"
+)
+
+// ErrClientIDInUse means the broker refused CONNECT because another connection holds
+// the client id. ActiveMQ answers with an ERROR frame carrying
+// javax.jms.InvalidClientIDException ("Client: X already connected from tcp://…") and
+// closes the socket. It also happens for a moment after a connection with that id died,
+// until the broker notices.
+var ErrClientIDInUse = errors.New("client id in use by another connection")
+
+// ErrNoSuchSubscription means the broker has no durable subscription of that client id
+// and name.
+var ErrNoSuchSubscription = errors.New("no such durable subscription")
+
+func clientIDInUse(err error) bool {
+	var se stomp.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	if se.Frame != nil && strings.Contains(string(se.Frame.Body), "InvalidClientIDException") {
+		return true
+	}
+	return strings.Contains(se.Message, "already connected from")
+}
+
+// IsTopic reports whether destination is an ActiveMQ topic, which only delivers to
+// subscribers that exist when a message is published.
+func IsTopic(destination string) bool { return strings.HasPrefix(destination, "/topic/") }
+
+// removeVia is the destination of the throwaway subscription RemoveDurable needs:
+// go-stomp sends UNSUBSCRIBE only for a subscription of its own. It is a plain
+// non-durable topic subscription that never receives anything and ends with the
+// connection.
+const removeVia = "/topic/inboxd.subscriptions.remove"
+
+// RemoveDurable deletes the durable subscription name of client id cfg.ClientID, with
+// every message it holds. It connects with that client id, so it fails with
+// ErrClientIDInUse while a consumer (an inboxd instance) is attached; the broker would
+// refuse to delete an active subscription anyway. A missing subscription gives
+// ErrNoSuchSubscription.
+func RemoveDurable(ctx context.Context, cfg Config, name string) error {
+	if cfg.ClientID == "" || name == "" {
+		return errors.New("removing a durable subscription needs a client id and a subscription name")
+	}
+	conn, err := DialConn(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Abort()
+	sub, err := conn.Subscribe(removeVia, stomp.AckAuto)
+	if err != nil {
+		return fmt.Errorf("%w: preparing the removal: %w", ErrUnavailable, err)
+	}
+	// go-stomp waits for the RECEIPT (bounded by cfg.ReceiptTimeout). An ERROR frame
+	// (no such subscription, or not allowed) closes the connection, and the
+	// subscription's channel then carries it.
+	if err := sub.Unsubscribe(stomp.SubscribeOpt.Header(HeaderSubscriptionName, name)); err != nil {
+		return fmt.Errorf("%w: removing durable subscription %q of client id %q: %w", ErrUnavailable, name, cfg.ClientID, err)
+	}
+	select {
+	case m, ok := <-sub.C:
+		if ok && m.Err != nil {
+			if strings.Contains(m.Err.Error(), "No durable subscription exists") {
+				return fmt.Errorf("%w: client id %q, subscription %q", ErrNoSuchSubscription, cfg.ClientID, name)
+			}
+			return fmt.Errorf("removing durable subscription %q of client id %q: broker said: %w", name, cfg.ClientID, m.Err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("removing durable subscription %q (outcome unknown): %w", name, ctx.Err())
+	}
+	return conn.Close()
+}
+
+// ClientIDInUse reports whether a connection currently holds cfg.ClientID, by trying to
+// connect with it. A connection that succeeds is closed at once.
+func ClientIDInUse(ctx context.Context, cfg Config) (bool, error) {
+	cfg.HeartBeat = -1
+	conn, err := DialConn(ctx, cfg)
+	if errors.Is(err, ErrClientIDInUse) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return false, conn.Close()
+}
