@@ -37,7 +37,7 @@ type hooks struct {
 	// beforeSubscribe runs once connected, right before SUBSCRIBE.
 	beforeSubscribe func(ctx context.Context, destination string)
 	beforeIngest    func(ctx context.Context, destination string, messages int)
-	afterIngest  func(ctx context.Context, destination string, res journal.Result)
+	afterIngest     func(ctx context.Context, destination string, res journal.Result)
 }
 
 // overlaps reports whether two batches share an event id or an aggregate.
