@@ -28,6 +28,9 @@ func TestMain(t *testing.T) {
 		{"invalid config", []string{"serve", "-ack-mode", "auto"}, 1, "ack-mode"},
 		{"changefeed needs an action", []string{"changefeed"}, 2, "create|status|pause|resume|cancel"},
 		{"serve help names env vars", []string{"serve", "-h"}, 2, "INBOXD_DATABASE_URL"},
+		{"non-durable topic refused at start", []string{"serve", "-destination", "/topic/registrations", "-client-id", ""}, 1,
+			"would subscribe non-durably and silently lose every event"},
+		{"subscriptions needs an action", []string{"subscriptions"}, 2, "list [-json] | remove"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,11 @@ type Config struct {
 	StompLogin    string
 	StompPasscode string
 	Destinations  []string
+	// PublishDestination is where POST /registration publishes; empty means Destinations[0].
+	PublishDestination string
+	ClientID           string
+	SubscriptionName   string
+	NonDurableTopics   bool
 
 	HTTPAddr   string
 	AdminToken string
@@ -83,6 +88,16 @@ func settings(c *Config) []setting {
 			return nil
 		}
 	}
+	boolean := func(p *bool) func(string) error {
+		return func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("not true or false: %q", v)
+			}
+			*p = b
+			return nil
+		}
+	}
 	dur := func(p *time.Duration) func(string) error {
 		return func(v string) error {
 			d, err := time.ParseDuration(v)
@@ -98,7 +113,11 @@ func settings(c *Config) []setting {
 		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", "127.0.0.1:61613", str(&c.StompAddr)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
 		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode", "", str(&c.StompPasscode)},
-		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; the first is where POST /registration publishes", "/queue/registrations", list(&c.Destinations)},
+		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set", "/queue/registrations", list(&c.Destinations)},
+		{"publish-destination", "INBOXD_PUBLISH_DESTINATION", "where POST /registration publishes, e.g. /topic/VirtualTopic.registrations (empty: the first destination)", "", str(&c.PublishDestination)},
+		{"client-id", "INBOXD_CLIENT_ID", "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application", "inboxd", str(&c.ClientID)},
+		{"subscription-name", "INBOXD_SUBSCRIPTION_NAME", "durable topic subscriptions: activemq.subscriptionName. Keep it stable", "inboxd", str(&c.SubscriptionName)},
+		{"non-durable-topics", "INBOXD_NON_DURABLE_TOPICS", "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected", "false", boolean(&c.NonDurableTopics)},
 		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", ":8090", str(&c.HTTPAddr)},
 		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints (empty: no auth)", "", str(&c.AdminToken)},
 		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", ":8443", str(&c.WebhookAddr)},
@@ -154,6 +173,22 @@ func (c *Config) Validate() error {
 	if len(c.Destinations) == 0 {
 		problems = append(problems, "destination is empty")
 	}
+	for _, d := range c.Destinations {
+		if strings.HasPrefix(d, "/topic/") && !c.NonDurableTopics && (c.ClientID == "" || c.SubscriptionName == "") {
+			problems = append(problems, fmt.Sprintf("destination %s is a topic and client-id or subscription-name is empty: "+
+				"inboxd would subscribe non-durably and silently lose every event published while it is stopped or "+
+				"reconnecting; set both (durable subscription), consume the virtual topic's queue "+
+				"/queue/Consumer.<app>.VirtualTopic.<name>, or accept the loss with -non-durable-topics", d))
+		}
+	}
+	for _, v := range []struct{ name, value string }{{"client-id", c.ClientID}, {"subscription-name", c.SubscriptionName}} {
+		if v.value != "" && !validName(v.value) {
+			problems = append(problems, fmt.Sprintf("%s %q: use 1 to 100 letters, digits, '.', '_', ':' or '-'", v.name, v.value))
+		}
+	}
+	if c.PublishDestination != "" && !strings.HasPrefix(c.PublishDestination, "/queue/") && !strings.HasPrefix(c.PublishDestination, "/topic/") {
+		problems = append(problems, fmt.Sprintf("publish-destination %q: want /queue/… or /topic/…", c.PublishDestination))
+	}
 	if c.BatchSize < 1 {
 		problems = append(problems, "batch-size must be at least 1")
 	}
@@ -185,6 +220,28 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// validName bounds a client id or subscription name: the broker keys durable
+// subscriptions by them, and operators type them.
+func validName(s string) bool {
+	if len(s) > 100 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:-", r)) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Publish is where POST /registration publishes.
+func (c *Config) Publish() string {
+	if c.PublishDestination != "" {
+		return c.PublishDestination
+	}
+	return c.Destinations[0]
 }
 
 func parseLevel(s string) (slog.Level, error) {

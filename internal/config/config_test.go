@@ -47,6 +47,20 @@ func TestConfig(t *testing.T) {
 		{name: "prefetch below batch", args: []string{"-prefetch", "10", "-batch-size", "100"}, wantErr: "prefetch (10) must exceed batch-size (100)"},
 		{name: "bad ack mode", args: []string{"-ack-mode", "auto"}, wantErr: "ack-mode"},
 		{name: "cert without key", args: []string{"-cert-file", "x.pem"}, wantErr: "go together"},
+		{name: "topic is durable by default", args: []string{"-destination", "/topic/registrations"},
+			check: func(c *Config) bool {
+				return c.ClientID == "inboxd" && c.SubscriptionName == "inboxd" && !c.NonDurableTopics
+			}},
+		{name: "non-durable topic refused", args: []string{"-destination", "/topic/registrations", "-client-id", ""}, wantErr: "silently lose"},
+		{name: "non-durable topic opted in", env: map[string]string{"INBOXD_NON_DURABLE_TOPICS": "true"},
+			args:  []string{"-destination", "/topic/registrations", "-subscription-name", ""},
+			check: func(c *Config) bool { return c.NonDurableTopics }},
+		{name: "bad bool", env: map[string]string{"INBOXD_NON_DURABLE_TOPICS": "maybe"}, wantErr: "INBOXD_NON_DURABLE_TOPICS"},
+		{name: "client id charset", args: []string{"-client-id", "a b"}, wantErr: "client-id"},
+		{name: "publish destination", args: []string{"-publish-destination", "/topic/VirtualTopic.registrations"},
+			check: func(c *Config) bool { return c.Publish() == "/topic/VirtualTopic.registrations" }},
+		{name: "publish defaults to the first destination", check: func(c *Config) bool { return c.Publish() == "/queue/registrations" }},
+		{name: "bad publish destination", args: []string{"-publish-destination", "registrations"}, wantErr: "publish-destination"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -89,7 +89,8 @@ func (s *Service) Run(ctx context.Context) error {
 	sub, err := ingest.New(ingest.Config{
 		Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode,
 		Destinations: cfg.Destinations,
-		BatchSize:    cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
+		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
+		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, DefaultEventType: cfg.DefaultEventType,
 		Logger: s.log.With("component", "ingest"), Metrics: s.m,
@@ -103,7 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace})
 
 	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Destinations[0],
+		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
 		AdminToken: cfg.AdminToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready:           []api.ReadyCheck{{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }}},
 		ShutdownTimeout: cfg.ShutdownTimeout,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
 	"github.com/go-stomp/stomp/v3/server"
 
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -220,5 +221,53 @@ func TestPublishHonorsContext(t *testing.T) {
 	cancel()
 	if err := p.Publish(ctx, testenv.Queue(t), []byte("x"), nil); !errors.Is(err, context.Canceled) && !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Publish with a canceled context = %v", err)
+	}
+}
+
+func TestClientIDInUse(t *testing.T) {
+	inUse := frame.New(frame.ERROR, frame.Message, "Broker: inboxd - Client: x already connected from tcp://127.0.0.1:1")
+	inUse.Body = []byte("javax.jms.InvalidClientIDException: Broker: inboxd - Client: x already connected")
+	other := frame.New(frame.ERROR, frame.Message, "User name [u] or password is invalid.")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"InvalidClientIDException", stomp.Error{Message: inUse.Header.Get(frame.Message), Frame: inUse}, true},
+		{"wrapped", fmt.Errorf("connecting: %w", stomp.Error{Message: "x", Frame: inUse}), true},
+		{"bad login", stomp.Error{Message: other.Header.Get(frame.Message), Frame: other}, false},
+		{"not a stomp error", errors.New("already connected from somewhere"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := clientIDInUse(tt.err); got != tt.want {
+				t.Errorf("clientIDInUse(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// A second connection with a client id in use is refused with ErrClientIDInUse, as
+// ActiveMQ sends ERROR with InvalidClientIDException and closes the socket.
+func TestSecondClientIDRefused(t *testing.T) {
+	addr := testenv.Broker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := Config{Addr: addr, ClientID: "inboxd-test-cid-" + testenv.Suffix()}
+	inUse, err := ClientIDInUse(ctx, cfg)
+	if err != nil || inUse {
+		t.Fatalf("ClientIDInUse before = %v, %v; want false", inUse, err)
+	}
+	first, err := DialConn(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	_, err = DialConn(ctx, cfg)
+	if !errors.Is(err, ErrClientIDInUse) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("second DialConn = %v, want ErrClientIDInUse (and not ErrUnavailable)", err)
+	}
+	if inUse, err := ClientIDInUse(ctx, cfg); err != nil || !inUse {
+		t.Fatalf("ClientIDInUse while held = %v, %v; want true", inUse, err)
 	}
 }
