@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,4 +247,42 @@ func TestEndToEndWebhookPath(t *testing.T) {
 	} else {
 		t.Logf("watermark %v", wm)
 	}
+}
+
+// The tutorial's producer publishes to a topic; with a virtual topic, POST /registration
+// publishes to /topic/VirtualTopic.X and inboxd consumes /queue/Consumer.inboxd.VirtualTopic.X.
+func TestRegistrationThroughVirtualTopic(t *testing.T) {
+	db := testenv.NewDB(t)
+	name := "VirtualTopic.inboxd-test." + testenv.Suffix()
+	api := freeAddr(t)
+	startService(t, db, "/queue/Consumer.inboxd."+name, func(c *config.Config) {
+		c.WebhookAddr = ""
+		c.HTTPAddr = api
+		c.PublishDestination = "/topic/" + name
+	})
+	// Ready means subscribed: the consumer queue exists, so the topic copies to it.
+	testenv.Eventually(t, 30*time.Second, "inboxd ready", func() bool {
+		resp, err := http.Get("http://" + api + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	const n = 5
+	for i := range n {
+		body := fmt.Sprintf(`{"name":"VT %d","email":"vt%d-%s@example.com","jurisdiction":"mga","createdAt":"2026-11-22T10:00:00Z"}`,
+			i, i, testenv.Suffix())
+		resp, err := http.Post("http://"+api+"/registration", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST /registration: %d", resp.StatusCode)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "registrations processed", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED' AND tag = $1`, "/queue/Consumer.inboxd."+name) == n
+	})
 }

@@ -106,7 +106,17 @@ func (s *Service) Run(ctx context.Context) error {
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
 		AdminToken: cfg.AdminToken, Logger: s.log.With("component", "api"), Metrics: s.m,
-		Ready:           []api.ReadyCheck{{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }}},
+		Ready: []api.ReadyCheck{
+			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
+			// Not ready while a destination is unsubscribed: reconnecting, or a standby
+			// whose durable subscription another instance holds.
+			{Name: "ingest", Check: func(context.Context) error {
+				if !sub.Ready() {
+					return errors.New("not subscribed to every destination (reconnecting, or standby while another instance holds the client id)")
+				}
+				return nil
+			}},
+		},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	})
 	if err != nil {
