@@ -26,4 +26,11 @@
 // batch's last message safe: it can only cover messages of this batch or of batches
 // already committed. A batch committed after an earlier one failed stays unacked; the
 // broker redelivers it and the journal collapses it.
+//
+// A topic destination ("/topic/…") gets a durable subscription (Config.ClientID,
+// Config.SubscriptionName, see DurableFor), recorded in the journal's
+// durable_subscription table before its SUBSCRIBE. Only one connection can hold a
+// client id: a second subscriber with the same one waits as a standby
+// (stompx.ErrClientIDInUse) and takes over when the first lets go. A destination counts
+// as ready only once the broker has confirmed its SUBSCRIBE.
 package ingest
