@@ -158,6 +158,14 @@ func TestNonDurableTopicRefused(t *testing.T) {
 	}
 }
 
+func TestDurableFor(t *testing.T) {
+	got := DurableFor("billing", "inboxd", "/topic/registrations")
+	want := Durable{ClientID: "billing.registrations", Name: "inboxd", Destination: "/topic/registrations"}
+	if got != want {
+		t.Errorf("DurableFor = %+v, want %+v", got, want)
+	}
+}
+
 // TestSecondInstanceIsStandby: a second subscriber with the same client id cannot
 // consume the durable subscription (ActiveMQ refuses its CONNECT with
 // InvalidClientIDException). It waits as a standby, not ready, and takes over when the
