@@ -50,6 +50,7 @@ type Config struct {
 	Login     string
 	Passcode  string
 	HeartBeat time.Duration // 0 means stompx.DefaultHeartBeat
+	TLS       *stompx.TLS   // nil: plaintext STOMP
 
 	// Destinations to consume, one connection and subscription each, e.g. "/queue/registrations".
 	Destinations []string
@@ -129,5 +130,5 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 func (c Config) broker() stompx.Config {
-	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, HeartBeat: c.HeartBeat, Logger: c.Logger}
+	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, HeartBeat: c.HeartBeat, TLS: c.TLS, Logger: c.Logger}
 }

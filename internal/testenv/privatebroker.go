@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ import (
 // other tests are running against it.
 type PrivateBroker struct {
 	Addr string // 127.0.0.1:<port> of its STOMP connector
+	// TLSAddr and MutualTLSAddr are its stomp+ssl connectors (the second with
+	// transport.needClientAuth=true); only StartPrivateTLSBroker opens them.
+	TLSAddr, MutualTLSAddr string
 
 	t    testing.TB
 	base string
@@ -32,6 +36,22 @@ type PrivateBroker struct {
 // STOMP on a free port) and stops it when the test ends. It needs root (the broker runs
 // as user activemq) and the activemq package; without them it skips, or fails in CI.
 func StartPrivateBroker(t testing.TB) *PrivateBroker {
+	t.Helper()
+	return startPrivateBroker(t, "", "")
+}
+
+// StartPrivateTLSBroker is StartPrivateBroker with the stomp+ssl connectors of
+// scripts/activemq.xml too, on free ports, serving keystore and trusting truststore
+// (PKCS12 files with the password "inboxd-dev", as scripts/broker-tls.sh makes them).
+func StartPrivateTLSBroker(t testing.TB, keystore, truststore string) *PrivateBroker {
+	t.Helper()
+	return startPrivateBroker(t, keystore, truststore)
+}
+
+// tlsBlocks are the parts of scripts/activemq.xml that need the TLS stores.
+var tlsBlocks = regexp.MustCompile(`(?s)[ \t]*<!-- BEGIN tls.*?<!-- END tls -->\n?`)
+
+func startPrivateBroker(t testing.TB, keystore, truststore string) *PrivateBroker {
 	t.Helper()
 	if _, err := exec.LookPath("activemq"); err != nil {
 		unavailable(t, "activemq is not installed: %v", err)
@@ -50,6 +70,23 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 		t.Fatal("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
 	}
 	conf = []byte(strings.ReplaceAll(string(conf), "127.0.0.1:61613", addr))
+	var tlsAddr, mutualAddr string
+	if keystore == "" {
+		// The shared broker's stores are not this broker's to read: no TLS connectors.
+		conf = tlsBlocks.ReplaceAll(conf, nil)
+		if strings.Contains(string(conf), "sslContext") || strings.Contains(string(conf), "stomp+ssl") {
+			t.Fatal("scripts/activemq.xml has TLS settings outside its BEGIN tls ... END tls blocks")
+		}
+	} else {
+		for _, shared := range []string{"127.0.0.1:61612", "127.0.0.1:61611"} {
+			if !strings.Contains(string(conf), shared) {
+				t.Fatalf("scripts/activemq.xml no longer has the stomp+ssl connector on %s this helper rewrites", shared)
+			}
+		}
+		tlsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		mutualAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		conf = []byte(strings.NewReplacer("127.0.0.1:61612", tlsAddr, "127.0.0.1:61611", mutualAddr).Replace(string(conf)))
+	}
 
 	// Not t.TempDir: its parent is private to root, and the broker runs as activemq.
 	base, err := os.MkdirTemp("", "inboxd-activemq-")
@@ -57,9 +94,21 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	for _, d := range []string{"conf", "data/kahadb", "tmp"} {
+	for _, d := range []string{"conf/tls", "data/kahadb", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if keystore != "" {
+		// Where activemq.xml's <sslContext> looks: ${activemq.conf}/tls.
+		for src, dst := range map[string]string{keystore: "broker.ks", truststore: "broker.ts"} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatalf("private broker TLS store: %v", err)
+			}
+			if err := os.WriteFile(filepath.Join(base, "conf", "tls", dst), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := os.WriteFile(filepath.Join(base, "conf", "activemq.xml"), conf, 0o644); err != nil {
@@ -78,7 +127,7 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 	}); err != nil {
 		t.Fatalf("chown %s: %v", base, err)
 	}
-	b := &PrivateBroker{Addr: addr, t: t, base: base}
+	b := &PrivateBroker{Addr: addr, TLSAddr: tlsAddr, MutualTLSAddr: mutualAddr, t: t, base: base}
 	t.Cleanup(b.Kill)
 	b.Start()
 	return b
@@ -143,17 +192,19 @@ func (b *PrivateBroker) Start() {
 	}
 	b.cmd = cmd
 	deadline := time.Now().Add(90 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", b.Addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
+	for _, addr := range []string{b.Addr, b.TLSAddr, b.MutualTLSAddr} {
+		for addr != "" {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
+				b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", addr, tail(string(out), 3000))
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
-			b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", b.Addr, tail(string(out), 3000))
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
