@@ -60,6 +60,7 @@ else
 fi
 
 mkdir -p "$dir"
+rm -f "$dir/client.pem" "$dir/client-key.pem" # never leave a client certificate of an older CA
 chmod 600 ca.p12 broker.ks broker.ts expired.ks
 chmod 644 ca.pem
 [[ -f client.pem ]] && chmod 600 client-key.pem && chmod 644 client.pem

@@ -64,28 +64,14 @@ func startPrivateBroker(t testing.TB, keystore, truststore string) *PrivateBroke
 	if err != nil {
 		t.Fatalf("reading scripts/activemq.xml: %v", err)
 	}
-	port := freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if !strings.Contains(string(conf), "127.0.0.1:61613") {
-		t.Fatal("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
-	}
-	conf = []byte(strings.ReplaceAll(string(conf), "127.0.0.1:61613", addr))
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	var tlsAddr, mutualAddr string
-	if keystore == "" {
-		// The shared broker's stores are not this broker's to read: no TLS connectors.
-		conf = tlsBlocks.ReplaceAll(conf, nil)
-		if strings.Contains(string(conf), "sslContext") || strings.Contains(string(conf), "stomp+ssl") {
-			t.Fatal("scripts/activemq.xml has TLS settings outside its BEGIN tls ... END tls blocks")
-		}
-	} else {
-		for _, shared := range []string{"127.0.0.1:61612", "127.0.0.1:61611"} {
-			if !strings.Contains(string(conf), shared) {
-				t.Fatalf("scripts/activemq.xml no longer has the stomp+ssl connector on %s this helper rewrites", shared)
-			}
-		}
+	if keystore != "" {
 		tlsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 		mutualAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-		conf = []byte(strings.NewReplacer("127.0.0.1:61612", tlsAddr, "127.0.0.1:61611", mutualAddr).Replace(string(conf)))
+	}
+	if conf, err = privateConf(conf, addr, tlsAddr, mutualAddr); err != nil {
+		t.Fatal(err)
 	}
 
 	// Not t.TempDir: its parent is private to root, and the broker runs as activemq.
@@ -131,6 +117,30 @@ func startPrivateBroker(t testing.TB, keystore, truststore string) *PrivateBroke
 	t.Cleanup(b.Kill)
 	b.Start()
 	return b
+}
+
+// privateConf rewrites scripts/activemq.xml for a private broker: its STOMP connector
+// on addr, and its stomp+ssl connectors on tlsAddr and mutualAddr, or none when those
+// are empty (the shared broker's stores are not a private broker's to read).
+func privateConf(conf []byte, addr, tlsAddr, mutualAddr string) ([]byte, error) {
+	s := string(conf)
+	if !strings.Contains(s, "127.0.0.1:61613") {
+		return nil, fmt.Errorf("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
+	}
+	s = strings.ReplaceAll(s, "127.0.0.1:61613", addr)
+	if tlsAddr == "" {
+		s = tlsBlocks.ReplaceAllString(s, "")
+		if strings.Contains(s, "sslContext") || strings.Contains(s, "stomp+ssl") {
+			return nil, fmt.Errorf("scripts/activemq.xml has TLS settings outside its BEGIN tls ... END tls blocks")
+		}
+		return []byte(s), nil
+	}
+	for _, shared := range []string{"127.0.0.1:61612", "127.0.0.1:61611"} {
+		if !strings.Contains(s, shared) {
+			return nil, fmt.Errorf("scripts/activemq.xml no longer has the stomp+ssl connector on %s this helper rewrites", shared)
+		}
+	}
+	return []byte(strings.NewReplacer("127.0.0.1:61612", tlsAddr, "127.0.0.1:61611", mutualAddr).Replace(s)), nil
 }
 
 func activemqUser(t testing.TB) (uid, gid int) {
