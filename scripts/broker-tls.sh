@@ -18,6 +18,7 @@
 set -euo pipefail
 
 dir=${1:?usage: $0 DIR [SAN]}
+mkdir -p "$dir" && dir=$(cd "$dir" && pwd) # the work happens elsewhere
 san=${2:-dns:localhost,ip:127.0.0.1}
 pw=inboxd-dev
 # The JVM flags only make each keytool start faster (it runs a dozen times).
@@ -59,7 +60,6 @@ else
   echo "broker-tls: openssl not found: no client certificate (mutual TLS) generated" >&2
 fi
 
-mkdir -p "$dir"
 rm -f "$dir/client.pem" "$dir/client-key.pem" # never leave a client certificate of an older CA
 chmod 600 ca.p12 broker.ks broker.ts expired.ks
 chmod 644 ca.pem
