@@ -39,10 +39,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// ReceiptTimeout bounds waits for RECEIPT frames (sends, unsubscribe, disconnect).
 	ReceiptTimeout time.Duration
+	Logger         *slog.Logger
+
 	// TLS, when set, speaks TLS to a stomp+ssl connector (see LoadTLS). A failed
 	// handshake is an error: there is never a fallback to plaintext.
-	TLS    *TLS
-	Logger *slog.Logger
+	TLS *TLS
 }
 
 func (c Config) withDefaults() Config {
