@@ -65,3 +65,16 @@ func TestSecretAndTLSSettingsRefused(t *testing.T) {
 		})
 	}
 }
+
+func TestSecretFlagsWarn(t *testing.T) {
+	// "ca" only writes a certificate: the warning is printed before any connection.
+	_, _, errOut := run(t, "ca", "-admin-token", "t0ken", "-database-url", "postgres://u:pw@127.0.0.1:1/x", "-cert-dir", t.TempDir())
+	for _, want := range []string{"-admin-token", "-database-url (with a password)", "every local user"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q does not mention %q", errOut, want)
+		}
+	}
+	if strings.Contains(errOut, "t0ken") || strings.Contains(errOut, "pw@") {
+		t.Errorf("the warning repeats the secret: %q", errOut)
+	}
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -192,4 +193,21 @@ func (c *Config) applyPassword(cc *pgx.ConnConfig) {
 		return
 	}
 	cc.Password = c.DatabasePassword // fallbacks (host lists, sslmode=prefer) share it
+}
+
+// SecretsOnCommandLine names the flags set on fs that carry a secret, which every local
+// user can read in ps and /proc/<pid>/cmdline. Callers warn about them.
+func (c *Config) SecretsOnCommandLine(fs *flag.FlagSet) []string {
+	var names []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "stomp-passcode", "admin-token", "webhook-token":
+			names = append(names, "-"+f.Name)
+		case "database-url":
+			if urlHasPassword(c.DatabaseURL) {
+				names = append(names, "-"+f.Name+" (with a password)")
+			}
+		}
+	})
+	return names
 }
