@@ -2,6 +2,12 @@
 # Installs (when missing) and starts the services inboxd needs: ActiveMQ with STOMP on
 # 127.0.0.1:61613 and PostgreSQL on 127.0.0.1:5432. Idempotent: safe to run twice.
 #
+# ActiveMQ also listens with stomp+ssl on 127.0.0.1:61612, and with stomp+ssl requiring a
+# client certificate on 127.0.0.1:61611. Each broker start makes a new CA and keystores
+# (scripts/broker-tls.sh) in $AMQ_BASE/conf/tls: ca.pem, client.pem and client-key.pem
+# there are what INBOXD_STOMP_CA_FILE, _CERT_FILE and _KEY_FILE take, and where the
+# tests look (internal/testenv, INBOXD_TEST_BROKER_TLS_DIR).
+#
 #   scripts/services.sh [up|down|status]
 set -euo pipefail
 
@@ -9,6 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 AMQ_BASE=${AMQ_BASE:-/var/lib/inboxd-activemq}
 AMQ_LOG=${AMQ_LOG:-/var/log/inboxd-activemq.log}
 STOMP_PORT=61613
+STOMP_TLS_PORTS=(61612 61611)
 PG_PORT=5432
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -56,13 +63,29 @@ postgres_up() {
 }
 
 activemq_up() {
-  if port_open "$STOMP_PORT"; then log "activemq already up on 127.0.0.1:$STOMP_PORT"; return; fi
+  if port_open "$STOMP_PORT"; then
+    if port_open "${STOMP_TLS_PORTS[0]}" && port_open "${STOMP_TLS_PORTS[1]}"; then
+      log "activemq already up on 127.0.0.1:$STOMP_PORT (TLS ${STOMP_TLS_PORTS[*]})"
+      return
+    fi
+    if ! pgrep -f "xbean:file:$AMQ_BASE/conf/activemq.xml" >/dev/null; then
+      # Not ours to restart; the TLS tests will say what is missing.
+      log "WARNING: something else holds 127.0.0.1:$STOMP_PORT without the stomp+ssl ports ${STOMP_TLS_PORTS[*]}; leaving it alone"
+      return
+    fi
+    # Started from an older scripts/activemq.xml, without TLS connectors: restart it once.
+    log "activemq is up without its stomp+ssl connectors (older configuration): restarting it"
+    activemq_down
+  fi
   if ! command -v activemq >/dev/null; then
     log "installing activemq"
     apt_install activemq
   fi
+  command -v openssl >/dev/null || apt_install openssl
   mkdir -p "$AMQ_BASE/conf" "$AMQ_BASE/data/kahadb" "$AMQ_BASE/tmp"
   cp "$here/activemq.xml" "$AMQ_BASE/conf/activemq.xml"
+  # keytool ships with the JRE that activemq depends on.
+  "$here/broker-tls.sh" "$AMQ_BASE/conf/tls"
   cp /etc/activemq/instances-available/main/log4j2.properties "$AMQ_BASE/conf/" 2>/dev/null || true
   # The broker switches to user activemq; a data dir it cannot write makes it hang without a word.
   chown -R activemq:activemq "$AMQ_BASE"
@@ -77,6 +100,9 @@ activemq_up() {
     setsid nohup activemq console "xbean:file:$AMQ_BASE/conf/activemq.xml" >>"$AMQ_LOG" 2>&1 </dev/null &
   )
   wait_port activemq "$STOMP_PORT" 120 || { tail -30 "$AMQ_LOG" >&2; return 1; }
+  for p in "${STOMP_TLS_PORTS[@]}"; do
+    wait_port "activemq stomp+ssl" "$p" 30 || { tail -30 "$AMQ_LOG" >&2; return 1; }
+  done
 }
 
 activemq_down() {
@@ -98,6 +124,7 @@ case "${1:-up}" in
   activemq-restart) activemq_down; activemq_up ;;
   status)
     port_open "$PG_PORT" && log "postgresql up" || log "postgresql down"
-    port_open "$STOMP_PORT" && log "activemq up" || log "activemq down" ;;
+    port_open "$STOMP_PORT" && log "activemq up" || log "activemq down"
+    port_open "${STOMP_TLS_PORTS[0]}" && log "activemq stomp+ssl up" || log "activemq stomp+ssl down" ;;
   *) echo "usage: $0 [up|down|activemq-restart|status]" >&2; exit 2 ;;
 esac

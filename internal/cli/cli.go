@@ -113,5 +113,9 @@ func parseFlags(e *env, name, synopsis string, args []string, extra func(fs *fla
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
+	if names := cfg.SecretsOnCommandLine(fs); len(names) > 0 {
+		fmt.Fprintf(e.stderr, "inboxd: warning: %s on the command line can be read by every local user (ps); use the INBOXD_* variable or its _FILE variant\n",
+			strings.Join(names, ", "))
+	}
 	return cfg, fs, nil
 }

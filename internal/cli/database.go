@@ -4,18 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/config"
 )
 
-// ensureDatabase creates the database named in dbURL when it does not exist yet, so
-// that "inboxd migrate" works on a fresh server. It connects to the server's default
-// database to do so and changes nothing when the database exists.
-func ensureDatabase(ctx context.Context, dbURL string) error {
-	conn, err := pgx.Connect(ctx, dbURL)
+// ensureDatabase creates the database named in the configured URL when it does not
+// exist yet, so that "inboxd migrate" works on a fresh server. It connects to the
+// server's default database to do so and changes nothing when the database exists.
+func ensureDatabase(ctx context.Context, cfg *config.Config) error {
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err == nil {
 		return conn.Close(ctx)
 	}
@@ -23,13 +28,10 @@ func ensureDatabase(ctx context.Context, dbURL string) error {
 	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
-	u, perr := url.Parse(dbURL)
-	if perr != nil {
-		return fmt.Errorf("connecting to the database: %w", err)
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	u.Path = "/postgres"
-	admin, aerr := pgx.Connect(ctx, u.String())
+	name := cc.Database
+	ac := cc.Copy()
+	ac.Database = "postgres"
+	admin, aerr := pgx.ConnectConfig(ctx, ac)
 	if aerr != nil {
 		return fmt.Errorf("database %q does not exist, and creating it failed: %w", name, aerr)
 	}
@@ -38,4 +40,17 @@ func ensureDatabase(ctx context.Context, dbURL string) error {
 		return fmt.Errorf("creating database %q: %w", name, err)
 	}
 	return nil
+}
+
+// openPool connects a pool with the configured URL and database password.
+func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pc, err := cfg.PoolConfig()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	return pool, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -18,12 +16,12 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
+	if err := ensureDatabase(ctx, cfg); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to the database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	applied, err := schema.Migrate(ctx, pool)

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxd/inboxd/internal/loadgen"
-	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 func init() {
@@ -47,7 +44,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	}
 	start := time.Now()
 	exp, err := loadgen.Publish(ctx, loadgen.Config{
-		Broker:      stompx.Config{Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode},
+		Broker:      cfg.Stomp(nil),
 		Destination: dest, Messages: n, DuplicateRatio: dupRatio, MalformedRatio: malRatio, Seed: seed,
 		EventType: eventType, MaxBodyBytes: cfg.MaxBodyBytes,
 	})
@@ -60,9 +57,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if !verify {
 		return nil
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to the database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	vctx, cancel := context.WithTimeout(ctx, verifyWithin)

@@ -28,7 +28,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log := cfg.Logger(e.stderr)
-	if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
+	if err := ensureDatabase(ctx, cfg); err != nil {
 		return err
 	}
 	svc, err := service.New(ctx, cfg, Handlers, log)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 // Config is every setting of inboxd.
@@ -26,6 +28,24 @@ type Config struct {
 	ClientID           string
 	SubscriptionName   string
 	NonDurableTopics   bool
+
+	// Broker TLS (see stompx.TLSFiles); loaded by Validate into StompTLSConfig.
+	StompTLS             bool
+	StompCAFile          string
+	StompServerName      string
+	StompCertFile        string
+	StompKeyFile         string
+	StompTLSInsecureSkip bool
+	StompTLSConfig       *stompx.TLS // nil when StompTLS is off
+
+	// Secrets from files (Docker/Kubernetes *_FILE convention), read once by Validate
+	// into StompPasscode, DatabasePassword, AdminToken and WebhookToken.
+	StompPasscodeFile    string
+	DatabasePasswordFile string
+	DatabasePassword     string // from DatabasePasswordFile; applied by PoolConfig and ConnConfig
+	AdminTokenFile       string
+	WebhookTokenFile     string
+	secretsLoaded        bool
 
 	HTTPAddr   string
 	AdminToken string
@@ -64,6 +84,9 @@ type setting struct {
 	def              string
 	set              func(string) error
 }
+
+// boolFlags are the settings where "-flag" alone means true.
+var boolFlags = map[string]bool{"stomp-tls": true, "stomp-tls-insecure-skip-verify": true, "non-durable-topics": true}
 
 func settings(c *Config) []setting {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
@@ -110,9 +133,17 @@ func settings(c *Config) []setting {
 	}
 	return []setting{
 		{"database-url", "INBOXD_DATABASE_URL", "PostgreSQL or CockroachDB connection URL", "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable", str(&c.DatabaseURL)},
+		{"database-password-file", "INBOXD_DATABASE_PASSWORD_FILE", "file holding the database password, used instead of one in the URL (not world-readable)", "", str(&c.DatabasePasswordFile)},
 		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", "127.0.0.1:61613", str(&c.StompAddr)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
-		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode", "", str(&c.StompPasscode)},
+		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)", "", str(&c.StompPasscode)},
+		{"stomp-passcode-file", "INBOXD_STOMP_PASSCODE_FILE", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)", "", str(&c.StompPasscodeFile)},
+		{"stomp-tls", "INBOXD_STOMP_TLS", "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext", "false", boolean(&c.StompTLS)},
+		{"stomp-ca-file", "INBOXD_STOMP_CA_FILE", "PEM CA bundle that signs the broker's certificate (empty: the system pool)", "", str(&c.StompCAFile)},
+		{"stomp-server-name", "INBOXD_STOMP_SERVER_NAME", "name the broker's certificate must carry (empty: the host of stomp-addr)", "", str(&c.StompServerName)},
+		{"stomp-cert-file", "INBOXD_STOMP_CERT_FILE", "client certificate (PEM) for mutual TLS", "", str(&c.StompCertFile)},
+		{"stomp-key-file", "INBOXD_STOMP_KEY_FILE", "client key (PEM) for mutual TLS; not world-readable", "", str(&c.StompKeyFile)},
+		{"stomp-tls-insecure-skip-verify", "INBOXD_STOMP_TLS_INSECURE_SKIP_VERIFY", "INSECURE: accept any broker certificate (anyone on the path can read and change messages)", "false", boolean(&c.StompTLSInsecureSkip)},
 		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set", "/queue/registrations", list(&c.Destinations)},
 		{"publish-destination", "INBOXD_PUBLISH_DESTINATION", "where POST /registration publishes, e.g. /topic/VirtualTopic.registrations (empty: the first destination)", "", str(&c.PublishDestination)},
 		{"client-id", "INBOXD_CLIENT_ID", "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application", "inboxd", str(&c.ClientID)},
@@ -120,8 +151,10 @@ func settings(c *Config) []setting {
 		{"non-durable-topics", "INBOXD_NON_DURABLE_TOPICS", "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected", "false", boolean(&c.NonDurableTopics)},
 		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", ":8090", str(&c.HTTPAddr)},
 		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints (empty: no auth)", "", str(&c.AdminToken)},
+		{"admin-token-file", "INBOXD_ADMIN_TOKEN_FILE", "file holding the admin token (not world-readable)", "", str(&c.AdminTokenFile)},
 		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", ":8443", str(&c.WebhookAddr)},
 		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header)", "", str(&c.WebhookToken)},
+		{"webhook-token-file", "INBOXD_WEBHOOK_TOKEN_FILE", "file holding the webhook token (not world-readable)", "", str(&c.WebhookTokenFile)},
 		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", "webhook-https://localhost:8443/changefeed", str(&c.WebhookURL)},
 		{"cert-dir", "INBOXD_CERT_DIR", "directory for the generated webhook CA and certificate", "var/certs", str(&c.CertDir)},
 		{"cert-file", "INBOXD_CERT_FILE", "webhook TLS certificate file (PEM); generated when empty", "", str(&c.CertFile)},
@@ -158,7 +191,12 @@ func Register(fs *flag.FlagSet) *Config {
 			_ = s.set(s.def)
 			c.envErrs = append(c.envErrs, fmt.Sprintf("%s: %v", s.env, err))
 		}
-		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), s.set)
+		usage := fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def)
+		if boolFlags[s.flag] {
+			fs.BoolFunc(s.flag, usage, s.set)
+		} else {
+			fs.Func(s.flag, usage, s.set)
+		}
 	}
 	return c
 }
@@ -167,6 +205,9 @@ func Register(fs *flag.FlagSet) *Config {
 func (c *Config) Validate() error {
 	var problems []string
 	problems = append(problems, c.envErrs...)
+	// Secrets first: checks below (and callers) see the values read from files.
+	problems = append(problems, c.loadSecrets()...)
+	problems = append(problems, c.loadStompTLS()...)
 	if c.DatabaseURL == "" {
 		problems = append(problems, "database-url is empty")
 	}

@@ -51,6 +51,7 @@ type Config struct {
 	Login     string
 	Passcode  string
 	HeartBeat time.Duration // 0 means stompx.DefaultHeartBeat
+	TLS       *stompx.TLS   // nil: plaintext STOMP
 
 	// Destinations to consume, one connection and subscription each, e.g. "/queue/registrations".
 	// A "/topic/…" destination gets a durable subscription (see Durable); a plain topic
@@ -182,5 +183,5 @@ func (c Config) durable(dest string) (Durable, bool) {
 }
 
 func (c Config) broker() stompx.Config {
-	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, HeartBeat: c.HeartBeat, Logger: c.Logger}
+	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, HeartBeat: c.HeartBeat, TLS: c.TLS, Logger: c.Logger}
 }

@@ -49,9 +49,9 @@ type Service struct {
 // New connects to the database, applies migrations, and prepares the parts. reg holds
 // the event handlers.
 func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *slog.Logger) (*Service, error) {
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pcfg, err := cfg.PoolConfig()
 	if err != nil {
-		return nil, fmt.Errorf("parsing database url: %w", err)
+		return nil, err
 	}
 	// Processing workers, the subscriber, the sweeper and the API share the pool.
 	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 4); pcfg.MaxConns < min {
@@ -82,12 +82,12 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.pool.Close()
 	cfg := s.cfg
 
-	stompCfg := stompx.Config{Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode, Logger: s.log}
+	stompCfg := cfg.Stomp(s.log)
 	publisher := stompx.NewPublisher(stompCfg, 2)
 	defer publisher.Close()
 
 	sub, err := ingest.New(ingest.Config{
-		Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode,
+		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
 		Destinations: cfg.Destinations,
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,

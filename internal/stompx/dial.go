@@ -2,6 +2,7 @@ package stompx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
 )
 
 // ErrUnavailable wraps every error that means "the broker could not be reached or
@@ -42,6 +44,10 @@ type Config struct {
 	// (see ErrClientIDInUse). Empty means none, as for queues.
 	ClientID string
 	Logger   *slog.Logger
+
+	// TLS, when set, speaks TLS to a stomp+ssl connector (see LoadTLS). A failed
+	// handshake is an error: there is never a fallback to plaintext.
+	TLS *TLS
 }
 
 func (c Config) withDefaults() Config {
@@ -113,6 +119,17 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dialing %s: %w", ErrUnavailable, cfg.Addr, err)
 	}
+	// stream is what STOMP speaks over; raw stays the socket, so that Abort closes it at
+	// once (tls.Conn.Close would first try to send a close_notify).
+	stream := raw
+	if cfg.TLS != nil {
+		tc := tls.Client(raw, cfg.TLS.client(cfg.Addr))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			return nil, cfg.TLS.handshakeError(cfg.Addr, err)
+		}
+		stream = tc
+	}
 	// go-stomp only applies the context's deadline to the CONNECTED read; cancelation
 	// must unblock it too.
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
@@ -136,7 +153,7 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 	if cfg.ClientID != "" {
 		opts = append(opts, stomp.ConnOpt.Header(HeaderClientID, cfg.ClientID))
 	}
-	sc, err := stomp.ConnectWithContext(ctx, raw, opts...)
+	sc, err := stomp.ConnectWithContext(ctx, stream, opts...)
 	if !stop() {
 		// The deadline was set (or is being set); the connection cannot be trusted.
 		if sc != nil {
@@ -149,6 +166,16 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 		_ = raw.Close()
 		if cfg.ClientID != "" && clientIDInUse(err) {
 			return nil, fmt.Errorf("%w: client id %q at %s: %w", ErrClientIDInUse, cfg.ClientID, cfg.Addr, err)
+		}
+		var op *net.OpError
+		if cfg.TLS != nil && errors.As(err, &op) && op.Op == "remote error" {
+			// With TLS 1.3 the client's handshake ends before the broker checks the
+			// client certificate; its refusal arrives as an alert on the first read.
+			return nil, cfg.TLS.handshakeError(cfg.Addr, err)
+		}
+		if cfg.TLS == nil && errors.Is(err, frame.ErrInvalidCommand) {
+			// A stomp+ssl connector answers a plaintext CONNECT with a TLS alert.
+			return nil, fmt.Errorf("%w: connecting to %s: the answer is not STOMP (is this a stomp+ssl port? set stomp-tls): %w", ErrUnavailable, cfg.Addr, err)
 		}
 		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, err)
 	}

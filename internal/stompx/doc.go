@@ -3,6 +3,10 @@
 // honors a context, heart-beats tuned for ActiveMQ, a capped jittered backoff for
 // reconnects, and a Publisher whose sends are confirmed by a broker RECEIPT.
 //
+// DialConn is the one way inboxd reaches the broker (ingest, the publisher, /readyz,
+// inboxd publish), so TLS (stomp+ssl, see LoadTLS) applies to all of them alike, with
+// verification on and no fallback to plaintext.
+//
 // go-stomp never reconnects: after an ERROR frame, an EOF or a heart-beat timeout the
 // connection is dead for good. Callers redial (Publisher does it on its next call;
 // internal/ingest does it in its run loop).

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ import (
 // other tests are running against it.
 type PrivateBroker struct {
 	Addr string // 127.0.0.1:<port> of its STOMP connector
+	// TLSAddr and MutualTLSAddr are its stomp+ssl connectors (the second with
+	// transport.needClientAuth=true); only StartPrivateTLSBroker opens them.
+	TLSAddr, MutualTLSAddr string
 
 	t    testing.TB
 	base string
@@ -33,6 +37,22 @@ type PrivateBroker struct {
 // as user activemq) and the activemq package; without them it skips, or fails in CI.
 func StartPrivateBroker(t testing.TB) *PrivateBroker {
 	t.Helper()
+	return startPrivateBroker(t, "", "")
+}
+
+// StartPrivateTLSBroker is StartPrivateBroker with the stomp+ssl connectors of
+// scripts/activemq.xml too, on free ports, serving keystore and trusting truststore
+// (PKCS12 files with the password "inboxd-dev", as scripts/broker-tls.sh makes them).
+func StartPrivateTLSBroker(t testing.TB, keystore, truststore string) *PrivateBroker {
+	t.Helper()
+	return startPrivateBroker(t, keystore, truststore)
+}
+
+// tlsBlocks are the parts of scripts/activemq.xml that need the TLS stores.
+var tlsBlocks = regexp.MustCompile(`(?s)[ \t]*<!-- BEGIN tls.*?<!-- END tls -->\n?`)
+
+func startPrivateBroker(t testing.TB, keystore, truststore string) *PrivateBroker {
+	t.Helper()
 	if _, err := exec.LookPath("activemq"); err != nil {
 		unavailable(t, "activemq is not installed: %v", err)
 	}
@@ -44,12 +64,15 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 	if err != nil {
 		t.Fatalf("reading scripts/activemq.xml: %v", err)
 	}
-	port := freePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if !strings.Contains(string(conf), "127.0.0.1:61613") {
-		t.Fatal("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	var tlsAddr, mutualAddr string
+	if keystore != "" {
+		tlsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		mutualAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	}
-	conf = []byte(strings.ReplaceAll(string(conf), "127.0.0.1:61613", addr))
+	if conf, err = privateConf(conf, addr, tlsAddr, mutualAddr); err != nil {
+		t.Fatal(err)
+	}
 
 	// Not t.TempDir: its parent is private to root, and the broker runs as activemq.
 	base, err := os.MkdirTemp("", "inboxd-activemq-")
@@ -57,9 +80,21 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	for _, d := range []string{"conf", "data/kahadb", "tmp"} {
+	for _, d := range []string{"conf/tls", "data/kahadb", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if keystore != "" {
+		// Where activemq.xml's <sslContext> looks: ${activemq.conf}/tls.
+		for src, dst := range map[string]string{keystore: "broker.ks", truststore: "broker.ts"} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatalf("private broker TLS store: %v", err)
+			}
+			if err := os.WriteFile(filepath.Join(base, "conf", "tls", dst), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := os.WriteFile(filepath.Join(base, "conf", "activemq.xml"), conf, 0o644); err != nil {
@@ -78,10 +113,34 @@ func StartPrivateBroker(t testing.TB) *PrivateBroker {
 	}); err != nil {
 		t.Fatalf("chown %s: %v", base, err)
 	}
-	b := &PrivateBroker{Addr: addr, t: t, base: base}
+	b := &PrivateBroker{Addr: addr, TLSAddr: tlsAddr, MutualTLSAddr: mutualAddr, t: t, base: base}
 	t.Cleanup(b.Kill)
 	b.Start()
 	return b
+}
+
+// privateConf rewrites scripts/activemq.xml for a private broker: its STOMP connector
+// on addr, and its stomp+ssl connectors on tlsAddr and mutualAddr, or none when those
+// are empty (the shared broker's stores are not a private broker's to read).
+func privateConf(conf []byte, addr, tlsAddr, mutualAddr string) ([]byte, error) {
+	s := string(conf)
+	if !strings.Contains(s, "127.0.0.1:61613") {
+		return nil, fmt.Errorf("scripts/activemq.xml no longer has the stomp://127.0.0.1:61613 connector this helper rewrites")
+	}
+	s = strings.ReplaceAll(s, "127.0.0.1:61613", addr)
+	if tlsAddr == "" {
+		s = tlsBlocks.ReplaceAllString(s, "")
+		if strings.Contains(s, "sslContext") || strings.Contains(s, "stomp+ssl") {
+			return nil, fmt.Errorf("scripts/activemq.xml has TLS settings outside its BEGIN tls ... END tls blocks")
+		}
+		return []byte(s), nil
+	}
+	for _, shared := range []string{"127.0.0.1:61612", "127.0.0.1:61611"} {
+		if !strings.Contains(s, shared) {
+			return nil, fmt.Errorf("scripts/activemq.xml no longer has the stomp+ssl connector on %s this helper rewrites", shared)
+		}
+	}
+	return []byte(strings.NewReplacer("127.0.0.1:61612", tlsAddr, "127.0.0.1:61611", mutualAddr).Replace(s)), nil
 }
 
 func activemqUser(t testing.TB) (uid, gid int) {
@@ -143,17 +202,19 @@ func (b *PrivateBroker) Start() {
 	}
 	b.cmd = cmd
 	deadline := time.Now().Add(90 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", b.Addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
+	for _, addr := range []string{b.Addr, b.TLSAddr, b.MutualTLSAddr} {
+		for addr != "" {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
+				b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", addr, tail(string(out), 3000))
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
-			b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", b.Addr, tail(string(out), 3000))
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

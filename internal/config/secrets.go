@@ -1,0 +1,213 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/stompx"
+)
+
+// maxSecretBytes bounds a secret file: a token or a password, never a megabyte.
+const maxSecretBytes = 64 << 10
+
+// ReadSecretFile reads a secret from path, after the Docker and Kubernetes convention
+// (INBOXD_X_FILE next to INBOXD_X): one trailing newline (\n or \r\n) is trimmed. It
+// refuses a file every local user can read, anything but a regular file, an empty
+// secret, and one larger than 64 KiB.
+func ReadSecretFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		// A FIFO would block start forever.
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o004 != 0 {
+		return "", fmt.Errorf("%s is readable by every user (mode %04o); restrict it, e.g. chmod 600 %s (Kubernetes: defaultMode 0400)",
+			path, fi.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(b) > maxSecretBytes {
+		return "", fmt.Errorf("%s is larger than %d bytes: not a secret", path, maxSecretBytes)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// loadSecrets reads every *_FILE setting once; later calls do nothing. It returns the
+// problems found.
+func (c *Config) loadSecrets() []string {
+	if c.secretsLoaded {
+		return nil
+	}
+	c.secretsLoaded = true
+	var problems []string
+	for _, s := range []struct {
+		name, file string
+		value      *string
+	}{
+		{"stomp-passcode", c.StompPasscodeFile, &c.StompPasscode},
+		{"admin-token", c.AdminTokenFile, &c.AdminToken},
+		{"webhook-token", c.WebhookTokenFile, &c.WebhookToken},
+		{"database-password", c.DatabasePasswordFile, &c.DatabasePassword},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if *s.value != "" {
+			problems = append(problems, fmt.Sprintf("%s and %s-file are both set; use one", s.name, s.name))
+			continue
+		}
+		v, err := ReadSecretFile(s.file)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s-file: %v", s.name, err))
+			continue
+		}
+		*s.value = v
+	}
+	if c.DatabasePasswordFile != "" && urlHasPassword(c.DatabaseURL) {
+		problems = append(problems, "database-url carries a password and database-password-file is set; use one")
+	}
+	return problems
+}
+
+var dsnPassword = regexp.MustCompile(`(^|\s)password\s*=`)
+
+// urlHasPassword reports whether a database URL (or key=value DSN) names a password.
+func urlHasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return false // ParseConfig reports it
+		}
+		_, ok := u.User.Password()
+		return ok || u.Query().Has("password")
+	}
+	return dsnPassword.MatchString(dsn)
+}
+
+// loadStompTLS checks the broker TLS settings and reads their files once.
+func (c *Config) loadStompTLS() []string {
+	if !c.StompTLS {
+		var set []string
+		for _, s := range []struct{ name, v string }{
+			{"stomp-ca-file", c.StompCAFile}, {"stomp-server-name", c.StompServerName},
+			{"stomp-cert-file", c.StompCertFile}, {"stomp-key-file", c.StompKeyFile},
+		} {
+			if s.v != "" {
+				set = append(set, s.name)
+			}
+		}
+		if c.StompTLSInsecureSkip {
+			set = append(set, "stomp-tls-insecure-skip-verify")
+		}
+		if len(set) > 0 {
+			// A TLS setting without TLS is a mistake that would otherwise send the
+			// passcode and every message in clear: refuse it.
+			return []string{fmt.Sprintf("%s set but stomp-tls is off; set INBOXD_STOMP_TLS=true (inboxd never falls back to plaintext)",
+				strings.Join(set, ", "))}
+		}
+		return nil
+	}
+	if c.StompTLSConfig != nil {
+		return nil
+	}
+	if c.StompTLSInsecureSkip && c.StompCAFile != "" {
+		return []string{"stomp-tls-insecure-skip-verify makes stomp-ca-file pointless; drop one"}
+	}
+	t, err := stompx.LoadTLS(stompx.TLSFiles{
+		CAFile: c.StompCAFile, ServerName: c.StompServerName,
+		CertFile: c.StompCertFile, KeyFile: c.StompKeyFile, InsecureSkipVerify: c.StompTLSInsecureSkip,
+	})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	c.StompTLSConfig = t
+	return nil
+}
+
+// Stomp is how every part of inboxd reaches the broker (ingest, the publisher, the
+// readiness check, publish): one stompx.Config, dialed by stompx.DialConn. Call it
+// after Validate.
+func (c *Config) Stomp(log *slog.Logger) stompx.Config {
+	if c.StompTLSInsecureSkip && log != nil {
+		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
+	}
+	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: c.StompTLSConfig, Logger: log}
+}
+
+// ErrNoDatabaseURL is returned by PoolConfig and ConnConfig when database-url is empty.
+var ErrNoDatabaseURL = errors.New("database-url is empty")
+
+// PoolConfig parses database-url and applies database-password-file. Call it after
+// Validate.
+func (c *Config) PoolConfig() (*pgxpool.Config, error) {
+	if c.DatabaseURL == "" {
+		return nil, ErrNoDatabaseURL
+	}
+	pc, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database-url: %w", err)
+	}
+	c.applyPassword(pc.ConnConfig)
+	return pc, nil
+}
+
+// ConnConfig is PoolConfig for a single connection.
+func (c *Config) ConnConfig() (*pgx.ConnConfig, error) {
+	if c.DatabaseURL == "" {
+		return nil, ErrNoDatabaseURL
+	}
+	cc, err := pgx.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database-url: %w", err)
+	}
+	c.applyPassword(cc)
+	return cc, nil
+}
+
+func (c *Config) applyPassword(cc *pgx.ConnConfig) {
+	if c.DatabasePassword == "" {
+		return
+	}
+	cc.Password = c.DatabasePassword // fallbacks (host lists, sslmode=prefer) share it
+}
+
+// SecretsOnCommandLine names the flags set on fs that carry a secret, which every local
+// user can read in ps and /proc/<pid>/cmdline. Callers warn about them.
+func (c *Config) SecretsOnCommandLine(fs *flag.FlagSet) []string {
+	var names []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "stomp-passcode", "admin-token", "webhook-token":
+			names = append(names, "-"+f.Name)
+		case "database-url":
+			if urlHasPassword(c.DatabaseURL) {
+				names = append(names, "-"+f.Name+" (with a password)")
+			}
+		}
+	})
+	return names
+}
