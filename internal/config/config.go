@@ -115,7 +115,7 @@ func settings(c *Config) []setting {
 		return func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return fmt.Errorf("not true or false: %q", v)
+				return fmt.Errorf("not a boolean (true or false): %q", v)
 			}
 			*p = b
 			return nil

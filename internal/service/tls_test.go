@@ -59,7 +59,16 @@ func TestServiceOverTLS(t *testing.T) {
 				}
 				return err == nil
 			})
-			code, body := tlsGet(t, base+"/readyz")
+			// Ingest is ready only once the broker confirmed its SUBSCRIBE: poll.
+			var code int
+			var body string
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if code, body = tlsGet(t, base+"/readyz"); code == tc.wantReady || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			if code != tc.wantReady {
 				t.Fatalf("/readyz = %d %s, want %d", code, body, tc.wantReady)
 			}
