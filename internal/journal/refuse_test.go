@@ -136,16 +136,16 @@ func TestIsUnavailable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{pg("40001"), true},            // serialization failure
-		{pg("40P01"), true},            // deadlock
-		{pg("57P01"), true},            // admin shutdown
-		{pg("57014"), true},            // statement timeout / cancel
-		{pg("53300"), true},            // too many connections
-		{pg("08006"), true},            // connection failure
-		{pg("55P03"), true},            // lock not available
-		{pg("25006"), true},            // read-only transaction (failover)
-		{pg("42P01"), true},            // undefined table: the schema, not the row
-		{pg("XX000"), true},            // internal error
+		{pg("40001"), true}, // serialization failure
+		{pg("40P01"), true}, // deadlock
+		{pg("57P01"), true}, // admin shutdown
+		{pg("57014"), true}, // statement timeout / cancel
+		{pg("53300"), true}, // too many connections
+		{pg("08006"), true}, // connection failure
+		{pg("55P03"), true}, // lock not available
+		{pg("25006"), true}, // read-only transaction (failover)
+		{pg("42P01"), true}, // undefined table: the schema, not the row
+		{pg("XX000"), true}, // internal error
 		{context.DeadlineExceeded, true},
 		{context.Canceled, true},
 		{io.ErrUnexpectedEOF, true},
