@@ -2,6 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/stompx"
 
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
@@ -28,12 +38,31 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log := cfg.Logger(e.stderr)
-	if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
-		return err
+	if _, err := pgx.ParseConfig(cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("parsing the database url: %w", err)
 	}
-	svc, err := service.New(ctx, cfg, Handlers, log)
-	if err != nil {
-		return err
+	// Wait for the database (create it, migrate), each try logged, instead of exiting:
+	// inboxd started before its database, or during an outage, comes up once it answers.
+	bo := stompx.Backoff{Initial: 200 * time.Millisecond}
+	var svc *service.Service
+	for {
+		err := ensureDatabase(ctx, cfg.DatabaseURL)
+		if err == nil {
+			svc, err = service.New(ctx, cfg, Handlers, log)
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); (ok && strings.HasPrefix(pgErr.Code, "42")) || !journal.IsUnavailable(err) {
+			return err // a broken migration or schema: waiting will not fix it
+		}
+		log.Warn("waiting for the database", "try", bo.Attempt()+1, "err", err)
+		if bo.Wait(ctx) != nil {
+			return nil
+		}
 	}
 	return svc.Run(ctx)
 }
