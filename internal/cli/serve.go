@@ -56,7 +56,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); (ok && strings.HasPrefix(pgErr.Code, "42")) || !journal.IsUnavailable(err) {
+		if !retryableAtStart(err) {
 			return err // a broken migration or schema: waiting will not fix it
 		}
 		log.Warn("waiting for the database", "try", bo.Attempt()+1, "err", err)
@@ -65,4 +65,19 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return svc.Run(ctx)
+}
+
+// retryableAtStart reports whether serve should wait and try again: the database is
+// unavailable, or another instance is creating or migrating it at the same moment (a
+// duplicate object). Any other schema error (class 42) will not heal by waiting.
+func retryableAtStart(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
+		return true
+	}
+	switch pgErr.Code {
+	case "42P04", "42P06", "42P07", "42710", "42723", "23505": // duplicate database, schema, table, object, function; unique violation in a catalog
+		return true
+	}
+	return !strings.HasPrefix(pgErr.Code, "42") && journal.IsUnavailable(err)
 }

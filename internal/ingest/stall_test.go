@@ -5,12 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -161,3 +165,63 @@ func TestDatabaseOutageResumes(t *testing.T) {
 
 // defaultBackoffForTest is the production pacing (at most a second between tries).
 func defaultBackoffForTest() stompx.Backoff { return stompx.Backoff{Initial: 100 * time.Millisecond} }
+
+// schemaBrokenDB answers everything but the ingest statement, which fails as if the
+// journal table were missing (42P01): not the message's fault, so nothing may be
+// quarantined, and the subscriber retries.
+type schemaBrokenDB struct{ journal.DB }
+
+func (d schemaBrokenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "INSERT INTO journal") {
+		return errRow{&pgconn.PgError{Code: "42P01", Message: `relation "journal" does not exist`}}
+	}
+	return d.DB.QueryRow(ctx, sql, args...)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// lockedBuffer collects log output from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRepeatedFailureLoggedOnceAndReported: journal writes that keep failing are
+// retried at least every second, logged once (not once per try), never quarantined,
+// and reported by Health once they have failed for longer than stallAfter.
+func TestRepeatedFailureLoggedOnceAndReported(t *testing.T) {
+	t.Parallel()
+	addr := testenv.Broker(t)
+	db := testenv.NewDB(t)
+	q := testenv.Queue(t)
+	publishPlan(t, addr, q, 10, 0, 0, 61)
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 5, Logger: log, Backoff: defaultBackoffForTest()},
+		schemaBrokenDB{db.Pool}, hooks{})
+	testenv.Eventually(t, 20*time.Second, "at least four failed writes", func() bool { return r.counter("reconnects", "db") >= 4 })
+	if n := strings.Count(logs.String(), "journal write failed"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	testenv.Eventually(t, 10*time.Second, "Health reports the failing writes", func() bool {
+		err := r.Health(time.Second)
+		return err != nil && strings.Contains(err.Error(), "journal writes failing")
+	})
+	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != 0 {
+		t.Errorf("quarantine rows = %d, want 0: a broken schema is not the messages' fault", n)
+	}
+}

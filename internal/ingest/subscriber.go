@@ -42,6 +42,7 @@ type destState struct {
 	since          atomic.Int64 // unix nanos: subscribed (while subscribed) or lost (while not)
 	lastCommit     atomic.Int64 // unix nanos of the last batch committed and acked
 	failures       atomic.Int64 // failed sessions since the last commit
+	failingSince   atomic.Int64 // unix nanos of the first failed journal write since the last commit; 0 if none
 	gauge          interface{ Set(float64) }
 }
 
@@ -170,8 +171,9 @@ func New(cfg Config, db journal.DB) (*Subscriber, error) {
 }
 
 // Health says why ingest is stuck, or returns nil. A destination is stuck when it has
-// had no subscription for longer than stallAfter (the broker or the database keeps
-// failing), or when it holds messages and has committed nothing for that long.
+// had no subscription for longer than stallAfter (the broker or the database is away),
+// when its journal writes have kept failing for that long, or when it holds messages
+// and has committed nothing for that long.
 func (s *Subscriber) Health(stallAfter time.Duration) error {
 	now := time.Now()
 	var errs []error
@@ -180,6 +182,10 @@ func (s *Subscriber) Health(stallAfter time.Duration) error {
 		since := now.Sub(time.Unix(0, st.since.Load()))
 		if !st.subscribed.Load() && since > stallAfter {
 			errs = append(errs, fmt.Errorf("%s: no subscription for %s (%d failed attempts)", dest, since.Round(time.Second), st.failures.Load()))
+			continue
+		}
+		if f := st.failingSince.Load(); f != 0 && now.Sub(time.Unix(0, f)) > stallAfter {
+			errs = append(errs, fmt.Errorf("%s: journal writes failing for %s (%d failed attempts)", dest, now.Sub(time.Unix(0, f)).Round(time.Second), st.failures.Load()))
 			continue
 		}
 		idle := now.Sub(time.Unix(0, max(st.lastCommit.Load(), st.since.Load())))
@@ -244,6 +250,7 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		}
 		st.failures.Add(1)
 		if commitErr, ok := errors.AsType[*CommitError](err); ok {
+			st.failingSince.CompareAndSwap(0, time.Now().UnixNano())
 			dbOut.fail("journal write failed: dropped the broker connection without acking the batch, "+
 				"so the broker will redeliver it; waiting for the database", commitErr.Err)
 			s.reconnected("db")
@@ -411,6 +418,7 @@ func (s *Subscriber) session(ctx context.Context, dest string, prefetch int, log
 				st.release(f.b.bytes, len(f.b.msgs))
 				st.lastCommit.Store(time.Now().UnixNano())
 				st.failures.Store(0)
+				st.failingSince.Store(0)
 				if m := s.cfg.Metrics; m != nil {
 					m.MarkIngestCommit()
 				}
