@@ -4,7 +4,7 @@ GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 PKGS := ./...
 
-.PHONY: all build test test-short lint fmt services services-down demo verify-ingest bench bench-quick fuzz up down clean
+.PHONY: all build test test-short lint fmt services services-down demo verify-ingest bench bench-quick chaos fuzz up down clean
 
 all: lint build test
 
@@ -46,6 +46,11 @@ verify-ingest: build services
 
 bench: build services
 	bin/inboxd bench
+
+# Fault injection (a few minutes): two instances, its own broker and PostgreSQL cluster,
+# kill -9s, a broker restart, a database crash restart and a 10 s outage; exact invariants.
+chaos: services
+	CI=true $(GO) test -tags chaos -count=1 -v -timeout 15m -run TestChaos ./internal/chaos/
 
 bench-quick: build services
 	bin/inboxd bench -quick

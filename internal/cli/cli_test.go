@@ -2,8 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -60,6 +64,28 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		code, out, errOut := run(t, "migrate", "-database-url", db.URL)
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("run %d: exit %d, %q %q", i, code, out, errOut)
+		}
+	}
+}
+
+func TestRetryableAtStart(t *testing.T) {
+	pg := func(code string) error { return fmt.Errorf("migrating: %w", &pgconn.PgError{Code: code}) }
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"), true},
+		{pg("57P03"), true}, // the database system is starting up
+		{pg("3D000"), true}, // no such database (yet)
+		{pg("42710"), true}, // another instance's migration created the type first
+		{pg("42P07"), true},
+		{pg("23505"), true},
+		{pg("42601"), false}, // a syntax error in a migration
+		{pg("22P02"), false},
+	}
+	for _, tt := range tests {
+		if got := retryableAtStart(tt.err); got != tt.want {
+			t.Errorf("retryableAtStart(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }

@@ -37,6 +37,11 @@ func ensureDatabase(ctx context.Context, cfg *config.Config) error {
 	}
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		// Another instance starting at the same moment created it first: 42P04, or on
+		// PostgreSQL a unique violation of pg_database's name index.
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+			return nil
+		}
 		return fmt.Errorf("creating database %q: %w", name, err)
 	}
 	return nil

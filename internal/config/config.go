@@ -64,6 +64,7 @@ type Config struct {
 	Prefetch         int
 	AckMode          string
 	MaxBodyBytes     int
+	MaxInflightBytes int
 	DefaultEventType string
 
 	Concurrency   int
@@ -72,6 +73,7 @@ type Config struct {
 	SweepGrace    time.Duration
 
 	ShutdownTimeout time.Duration
+	StallAfter      time.Duration
 	LogFormat       string
 	LogLevel        string
 
@@ -166,12 +168,14 @@ func settings(c *Config) []setting {
 		{"prefetch", "INBOXD_PREFETCH", "broker prefetch per subscription (activemq.prefetchSize); must exceed batch-size", "2000", num(&c.Prefetch)},
 		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", "client", str(&c.AckMode)},
 		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", "262144", num(&c.MaxBodyBytes)},
+		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", "67108864", num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field", "registration", str(&c.DefaultEventType)},
 		{"concurrency", "INBOXD_CONCURRENCY", "events processed in parallel (different aggregates)", "8", num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
+		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", "60s", dur(&c.StallAfter)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
 		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", "info", str(&c.LogLevel)},
 	}
@@ -241,6 +245,15 @@ func (c *Config) Validate() error {
 	}
 	if c.AckMode != "client" && c.AckMode != "client-individual" {
 		problems = append(problems, fmt.Sprintf("ack-mode %q: want client or client-individual", c.AckMode))
+	}
+	if c.MaxInflightBytes < c.MaxBodyBytes {
+		problems = append(problems, fmt.Sprintf("max-inflight-bytes (%d) must be at least max-body-bytes (%d)", c.MaxInflightBytes, c.MaxBodyBytes))
+	}
+	if c.StallAfter <= 0 {
+		problems = append(problems, "stall-after must be positive")
+	}
+	if c.ShutdownTimeout <= 0 {
+		problems = append(problems, "shutdown-timeout must be positive")
 	}
 	if c.Concurrency < 1 {
 		problems = append(problems, "concurrency must be at least 1")

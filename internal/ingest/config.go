@@ -42,6 +42,12 @@ const (
 	DefaultLinger        = 5 * time.Millisecond
 	DefaultInFlight      = 2
 	DefaultCommitTimeout = 30 * time.Second
+	// DefaultMaxInflightBytes bounds the message bytes one destination holds between
+	// receiving and acking: 2000 prefetched messages of 256 KiB would be 500 MiB.
+	DefaultMaxInflightBytes = 64 << 20
+	// reducedPrefetchFor is how long a subscription with a prefetch reduced for large
+	// messages runs before it is renewed at the configured prefetch.
+	reducedPrefetchFor = time.Minute
 )
 
 // Config configures a Subscriber.
@@ -83,13 +89,19 @@ type Config struct {
 	// AckMode defaults to AckIndividual.
 	AckMode AckMode
 
-	MaxBodyBytes     int    // bodies above this are quarantined; 0 means message.DefaultMaxBodyBytes
+	MaxBodyBytes int // bodies above this are quarantined; 0 means message.DefaultMaxBodyBytes
+	// MaxInflightBytes bounds the body bytes a destination holds unacked (default
+	// DefaultMaxInflightBytes). The broker's prefetch counts messages, not bytes, and a
+	// go-stomp subscription must be read promptly (its acks share one loop), so past the
+	// bound the subscriber stops taking messages, commits and acks what it took, and
+	// subscribes again with a prefetch that fits the bound for the largest body seen.
+	MaxInflightBytes int64
 	DefaultEventType string // for payloads that name no type
 
 	// CommitTimeout bounds one Ingest call (default 30s). Ingest runs detached from
 	// Run's context so that shutdown finishes the batch in flight.
 	CommitTimeout time.Duration
-	// Backoff paces reconnects; its zero value is 100ms doubling up to 30s.
+	// Backoff paces reconnects; its zero value is 100ms doubling up to 1s.
 	Backoff stompx.Backoff
 
 	Logger  *slog.Logger     // nil discards
@@ -136,6 +148,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = message.DefaultMaxBodyBytes
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if c.MaxInflightBytes < int64(c.MaxBodyBytes) {
+		return c, fmt.Errorf("ingest: max in-flight bytes (%d) must be at least the max body size (%d)", c.MaxInflightBytes, c.MaxBodyBytes)
 	}
 	if c.CommitTimeout <= 0 {
 		c.CommitTimeout = DefaultCommitTimeout

@@ -140,6 +140,11 @@ func TestBrokerRestart(t *testing.T) {
 		t.Fatalf("journal already has %d of %d rows before the restart: not mid-stream", n, len(exp.IDs))
 	}
 	broker.Start()
+	back := time.Now()
+	// Reconnects are tried at least every second: resubscribed within seconds of the
+	// broker's return (loosely: the machine is shared).
+	testenv.Eventually(t, 10*time.Second, "resubscribed soon after the broker's return", func() bool { return r.Ready() })
+	t.Logf("resubscribed %s after the broker came back", time.Since(back).Round(time.Millisecond))
 	waitExact(t, db.Pool, exp, 60*time.Second)
 	if got := r.counter("reconnects", "stomp"); got < 1 {
 		t.Errorf("stomp reconnects = %v, want at least 1", got)

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,85 @@ type Subscriber struct {
 	hooks hooks
 	// batchSeq numbers batches for the logs, so that one batch's lines can be found.
 	batchSeq atomic.Uint64
+	dests    map[string]*destState
+}
+
+// destState is what the subscriber knows of one destination, for the byte bound and
+// for Health. Its fields are atomics: the session's goroutines write them and Health
+// reads them.
+type destState struct {
+	held, heldMsgs atomic.Int64 // bodies taken from the subscription and not yet acked
+	peakHeld       atomic.Int64 // the most bytes held at once, for tests
+	subscribed     atomic.Bool
+	since          atomic.Int64 // unix nanos: subscribed (while subscribed) or lost (while not)
+	lastCommit     atomic.Int64 // unix nanos of the last batch committed and acked
+	failures       atomic.Int64 // failed sessions since the last commit
+	failingSince   atomic.Int64 // unix nanos of the first failed journal write since the last commit; 0 if none
+	gauge          interface{ Set(float64) }
+}
+
+func (d *destState) hold(bytes int64) {
+	h := d.held.Add(bytes)
+	d.heldMsgs.Add(1)
+	if h > d.peakHeld.Load() {
+		d.peakHeld.Store(h) // racy max, good enough for a test bound
+	}
+	if d.gauge != nil {
+		d.gauge.Set(float64(h))
+	}
+}
+
+func (d *destState) release(bytes int64, msgs int) {
+	h := d.held.Add(-bytes)
+	d.heldMsgs.Add(-int64(msgs))
+	if d.gauge != nil {
+		d.gauge.Set(float64(h))
+	}
+}
+
+// errOverBudget ends a session that holds MaxInflightBytes: it stopped taking
+// messages, committed and acked what it took, and is renewed with a smaller prefetch.
+type errOverBudget struct{ largest int64 }
+
+func (e *errOverBudget) Error() string {
+	return fmt.Sprintf("in-flight bytes bound reached (largest body %d bytes)", e.largest)
+}
+
+// errRenew ends a session with a reduced prefetch after reducedPrefetchFor, so that it
+// is renewed at the configured prefetch.
+var errRenew = errors.New("renewing the subscription at the configured prefetch")
+
+// outage logs a repeated failure when it starts and when it ends, with the number of
+// failed attempts, instead of at every attempt (at least one a second). Safe for
+// concurrent use.
+type outage struct {
+	log   *slog.Logger
+	what  string
+	mu    sync.Mutex
+	since time.Time
+	n     int
+}
+
+func (o *outage) fail(msg string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n++
+	if o.n == 1 {
+		o.since = time.Now()
+		o.log.Warn(msg+"; retrying at least every second, logged once per outage", "err", err)
+		return
+	}
+	o.log.Debug(msg, "err", err, "attempt", o.n)
+}
+
+func (o *outage) recovered(msg string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == 0 {
+		return
+	}
+	o.log.Info(msg, "outage", o.what, "failed_attempts", o.n, "took", time.Since(o.since).Round(time.Millisecond))
+	o.n = 0
 }
 
 // hooks let tests stop the pipeline at precise points (for example to kill the process
@@ -79,7 +159,44 @@ func New(cfg Config, db journal.DB) (*Subscriber, error) {
 		return nil, err
 	}
 	ack, _ := cfg.AckMode.stomp()
-	return &Subscriber{cfg: cfg, db: db, ack: ack}, nil
+	s := &Subscriber{cfg: cfg, db: db, ack: ack, dests: make(map[string]*destState, len(cfg.Destinations))}
+	now := time.Now().UnixNano()
+	for _, d := range cfg.Destinations {
+		st := &destState{}
+		st.since.Store(now)
+		st.lastCommit.Store(now)
+		if m := cfg.Metrics; m != nil {
+			st.gauge = m.InflightBytes.WithLabelValues(d)
+		}
+		s.dests[d] = st
+	}
+	return s, nil
+}
+
+// Health says why ingest is stuck, or returns nil. A destination is stuck when it has
+// had no subscription for longer than stallAfter (the broker or the database is away),
+// when its journal writes have kept failing for that long, or when it holds messages
+// and has committed nothing for that long.
+func (s *Subscriber) Health(stallAfter time.Duration) error {
+	now := time.Now()
+	var errs []error
+	for _, dest := range s.cfg.Destinations {
+		st := s.dests[dest]
+		since := now.Sub(time.Unix(0, st.since.Load()))
+		if !st.subscribed.Load() && since > stallAfter {
+			errs = append(errs, fmt.Errorf("%s: no subscription for %s (%d failed attempts)", dest, since.Round(time.Second), st.failures.Load()))
+			continue
+		}
+		if f := st.failingSince.Load(); f != 0 && now.Sub(time.Unix(0, f)) > stallAfter {
+			errs = append(errs, fmt.Errorf("%s: journal writes failing for %s (%d failed attempts)", dest, now.Sub(time.Unix(0, f)).Round(time.Second), st.failures.Load()))
+			continue
+		}
+		idle := now.Sub(time.Unix(0, max(st.lastCommit.Load(), st.since.Load())))
+		if st.heldMsgs.Load() > 0 && idle > stallAfter {
+			errs = append(errs, fmt.Errorf("%s: %d messages waiting, nothing committed for %s", dest, st.heldMsgs.Load(), idle.Round(time.Second)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Ready reports whether every destination has a live subscription right now.
@@ -100,15 +217,21 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // consume runs sessions for one destination until ctx is canceled.
 func (s *Subscriber) consume(ctx context.Context, dest string) {
 	log := s.cfg.Logger.With("destination", dest)
+	st := s.dests[dest]
 	bo := s.cfg.Backoff
 	standby := false
 	if stompx.IsTopic(dest) && s.cfg.NonDurableTopics {
 		log.Warn("non-durable topic subscription (opted in with non-durable-topics): " +
 			"events published while inboxd is disconnected are lost")
 	}
+	brokerOut := &outage{log: log, what: "broker"}
+	dbOut := &outage{log: log, what: "database"}
+	prefetch := s.cfg.Prefetch
 	for {
 		started := time.Now()
-		progressed, err := s.session(ctx, dest, log)
+		progressed, err := s.session(ctx, dest, prefetch, log,
+			func() { brokerOut.recovered("subscribed again") },
+			func() { dbOut.recovered("journal writes succeed again") })
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				log.Warn("ingest stopped; the last session ended with an error", "err", err)
@@ -118,16 +241,32 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		if progressed || time.Since(started) > time.Minute {
 			bo.Reset()
 		}
+		if ob, ok := errors.AsType[*errOverBudget](err); ok {
+			// At most MaxInflightBytes/largest messages prefetched: large bodies cannot
+			// exhaust memory, and small ones get the full prefetch back after a while.
+			next := int(min(int64(s.cfg.Prefetch), max(1, s.cfg.MaxInflightBytes/max(ob.largest, 1))))
+			log.Info("large messages: holding too many bytes; subscribing again with a smaller prefetch",
+				"max_inflight_bytes", s.cfg.MaxInflightBytes, "largest_body", ob.largest, "prefetch", next,
+				"for", reducedPrefetchFor)
+			prefetch = next
+			continue
+		}
+		if errors.Is(err, errRenew) {
+			log.Info("subscribing again at the configured prefetch", "prefetch", s.cfg.Prefetch)
+			prefetch = s.cfg.Prefetch
+			continue
+		}
+		st.failures.Add(1)
 		if commitErr, ok := errors.AsType[*CommitError](err); ok {
-			log.Error("journal write failed: dropped the broker connection without acking the batch, "+
-				"so the broker will redeliver it; waiting for the database", "err", commitErr.Err)
+			st.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+			dbOut.fail("journal write failed: dropped the broker connection without acking the batch, "+
+				"so the broker will redeliver it; waiting for the database", commitErr.Err)
 			s.reconnected("db")
 			if !s.waitDB(ctx, &bo, log) {
 				return
 			}
 			continue
 		}
-		delay := bo.Next()
 		if errors.Is(err, stompx.ErrClientIDInUse) {
 			// Standby: another connection (another instance with the same client id, or
 			// this one's previous connection the broker has not dropped yet) holds the
@@ -140,38 +279,35 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 			standby = true
 		} else {
 			standby = false
-			log.Warn("broker session ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+			brokerOut.fail("broker session ended; reconnecting", err)
 			s.reconnected("stomp")
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if bo.Wait(ctx) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
 
 // waitDB backs off until the database answers, so that a database outage does not
 // turn into a loop of broker redeliveries. It returns false when ctx ends first.
+// Its failures belong to the outage the caller already logged.
 func (s *Subscriber) waitDB(ctx context.Context, bo *stompx.Backoff, log *slog.Logger) bool {
 	for {
 		if bo.Wait(ctx) != nil {
 			return false
 		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		var one int
 		err := s.db.QueryRow(pctx, "SELECT 1").Scan(&one)
 		cancel()
 		if err == nil {
-			log.Info("database reachable again; resubscribing")
+			log.Debug("database answers; resubscribing")
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
-		log.Warn("database still unavailable", "err", err, "attempt", bo.Attempt())
+		log.Debug("database still unavailable", "err", err, "attempt", bo.Attempt())
 	}
 }
 
@@ -187,6 +323,7 @@ type batch struct {
 	// keys are the event ids and aggregate ids of the batch's entries.
 	keys        map[string]struct{}
 	msgs        []*stomp.Message
+	bytes       int64 // of the bodies, held until acked
 	jb          journal.Batch
 	quarantined map[message.Reason]int
 }
@@ -194,9 +331,12 @@ type batch struct {
 // session is one connection and subscription. It returns when ctx is canceled (after
 // a clean shutdown, with a nil error unless cleanup failed) or when the connection or a
 // commit fails. progressed reports whether at least one batch was committed and acked.
-func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger) (progressed bool, err error) {
+//
+// onSubscribed runs once subscribed, onCommitted after each batch committed and acked.
+func (s *Subscriber) session(ctx context.Context, dest string, prefetch int, log *slog.Logger,
+	onSubscribed, onCommitted func()) (progressed bool, err error) {
 	bcfg := s.cfg.broker()
-	subOpts := []func(*frame.Frame) error{stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(s.cfg.Prefetch))}
+	subOpts := []func(*frame.Frame) error{stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(prefetch))}
 	durable, isDurable := s.cfg.durable(dest)
 	if isDurable {
 		bcfg.ClientID = durable.ClientID
@@ -222,6 +362,9 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 		conn.Abort()
 		return false, fmt.Errorf("subscribing to %s: %w", dest, err)
 	}
+	st := s.dests[dest]
+	// Whatever was taken and not acked is the broker's again.
+	defer func() { st.release(st.held.Load(), int(st.heldMsgs.Load())) }()
 
 	// Reader: drains sub.C promptly until go-stomp closes it, forwarding to the batcher
 	// until the first error or until told to stop; afterwards it discards (what it
@@ -240,6 +383,7 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 				close(msgs)
 			}
 		}
+		var largest int64
 		for m := range sub.C {
 			if !forwarding {
 				continue
@@ -248,9 +392,18 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 				stop(fmt.Errorf("subscription to %s: %w", dest, m.Err))
 				continue
 			}
+			n := int64(len(m.Body))
+			largest = max(largest, n)
+			if h := st.held.Load(); h > 0 && h+n > s.cfg.MaxInflightBytes {
+				// Not taken, so not acked: the broker gives it to the next session.
+				stop(&errOverBudget{largest: largest})
+				continue
+			}
+			st.hold(n)
 			select {
 			case msgs <- m:
 			case <-stopReading:
+				st.release(n, 1)
 				stop(errors.New("stopped reading"))
 			}
 		}
@@ -268,11 +421,18 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 		return false, fmt.Errorf("subscribing to %s: %w", dest, err)
 	}
 	s.ready.Add(1)
-	defer s.ready.Add(-1)
+	st.since.Store(time.Now().UnixNano())
+	st.subscribed.Store(true)
+	defer func() {
+		s.ready.Add(-1)
+		st.subscribed.Store(false)
+		st.since.Store(time.Now().UnixNano())
+	}()
+	onSubscribed()
 	if isDurable {
 		log = log.With("client_id", durable.ClientID, "subscription", durable.Name)
 	}
-	log.Info("subscribed", "ack", string(s.cfg.AckMode), "prefetch", s.cfg.Prefetch, "batch", s.cfg.BatchSize, "durable", isDurable)
+	log.Info("subscribed", "ack", string(s.cfg.AckMode), "prefetch", prefetch, "batch", s.cfg.BatchSize, "durable", isDurable)
 
 	// Committer: up to CommitsInFlight batches are written at once, but acked strictly in
 	// dispatch order, and nothing is acked after the first failure. So a cumulative ack
@@ -307,6 +467,14 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 					close(failed)
 					continue
 				}
+				st.release(f.b.bytes, len(f.b.msgs))
+				st.lastCommit.Store(time.Now().UnixNano())
+				st.failures.Store(0)
+				st.failingSince.Store(0)
+				if m := s.cfg.Metrics; m != nil {
+					m.MarkIngestCommit()
+				}
+				onCommitted()
 				committed.Store(true)
 			}
 		}()
@@ -361,6 +529,12 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
+	var renew <-chan time.Time
+	if prefetch < s.cfg.Prefetch {
+		t := time.NewTimer(reducedPrefetchFor)
+		defer t.Stop()
+		renew = t.C
+	}
 	var cur *batch
 	ready := false
 	for {
@@ -381,8 +555,16 @@ func (s *Subscriber) session(ctx context.Context, dest string, log *slog.Logger)
 			return s.shutdown(conn, sub, cur, batches, failed, stopReading, committerDone, readerDone, &commitErr, log)
 		case <-failed:
 			return abandon(nil)
+		case <-renew:
+			p, err := s.shutdown(conn, sub, cur, batches, failed, stopReading, committerDone, readerDone, &commitErr, log)
+			return p, cmp.Or(err, errRenew)
 		case m, ok := <-in:
 			if !ok {
+				if _, over := errors.AsType[*errOverBudget](readErr); over {
+					// Commit and ack what was taken, then let the broker have the rest back.
+					p, err := s.shutdown(conn, sub, cur, batches, failed, stopReading, committerDone, readerDone, &commitErr, log)
+					return p, cmp.Or(err, readErr)
+				}
 				return abandon(readErr)
 			}
 			if cur == nil {
@@ -443,13 +625,15 @@ func (s *Subscriber) shutdown(conn *stompx.Conn, sub *stomp.Subscription, cur *b
 // add decodes m into the batch: a journal entry, or a quarantine row with the raw body.
 func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 	b.msgs = append(b.msgs, m)
+	b.bytes += int64(len(m.Body))
 	if mt := s.cfg.Metrics; mt != nil {
 		mt.Received.WithLabelValues(dest).Inc()
 	}
 	ev, err := message.Decode(m.Body, m.Header.Get, message.Options{
 		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType})
 	if err == nil {
-		b.jb.Entries = append(b.jb.Entries, journal.Entry{Event: ev, Destination: dest})
+		b.jb.Entries = append(b.jb.Entries, journal.Entry{Event: ev, Destination: dest,
+			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }})
 		if s.cfg.CommitsInFlight > 1 {
 			if b.keys == nil {
 				b.keys = make(map[string]struct{}, 2*s.cfg.BatchSize)
@@ -463,13 +647,7 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 	if !ok {
 		inv = &message.Invalid{Reason: message.ReasonNotJSON, Detail: err.Error()}
 	}
-	headers := make(map[string]string, m.Header.Len())
-	for i := range m.Header.Len() {
-		k, v := m.Header.GetAt(i)
-		if _, dup := headers[k]; !dup { // STOMP: the first occurrence of a repeated header wins
-			headers[k] = v
-		}
-	}
+	headers := headerMap(m)
 	b.jb.Bad = append(b.jb.Bad, journal.Bad{
 		Reason:      inv.Reason,
 		Detail:      inv.Detail,
@@ -482,6 +660,18 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		b.quarantined = map[message.Reason]int{}
 	}
 	b.quarantined[inv.Reason]++
+}
+
+// headerMap is m's STOMP headers, for quarantine.
+func headerMap(m *stomp.Message) map[string]string {
+	headers := make(map[string]string, m.Header.Len())
+	for i := range m.Header.Len() {
+		k, v := m.Header.GetAt(i)
+		if _, dup := headers[k]; !dup { // STOMP: the first occurrence of a repeated header wins
+			headers[k] = v
+		}
+	}
+	return headers
 }
 
 // write stores the batch with one Ingest call. It runs detached from ctx, so that a
@@ -509,6 +699,9 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 		if res.Conflicts > 0 {
 			m.Quarantined.WithLabelValues(string(message.ReasonIDConflict)).Add(float64(res.Conflicts))
 		}
+		if res.Refused > 0 {
+			m.Quarantined.WithLabelValues(string(message.ReasonDBRefused)).Add(float64(res.Refused))
+		}
 	}
 	log = log.With("batch_id", b.id)
 	log.Debug("batch committed", "messages", len(b.msgs), "inserted", res.Inserted, "duplicates", res.Duplicates,
@@ -518,6 +711,10 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 	}
 	if res.Conflicts > 0 {
 		log.Warn("ids journaled before with a different payload; quarantined as id_conflict", "conflicts", res.Conflicts)
+	}
+	if res.Refused > 0 {
+		log.Warn("the database refused messages of the batch; quarantined them as db_refused (see the quarantine's detail)",
+			"refused", res.Refused, "messages", len(b.msgs))
 	}
 	if h := s.hooks.afterIngest; h != nil {
 		h(ctx, dest, res)

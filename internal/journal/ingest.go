@@ -35,6 +35,10 @@ type DB interface {
 type Entry struct {
 	Event       message.Event
 	Destination string
+	// MessageID and Headers are kept with the row in quarantine if the database
+	// refuses the entry; Headers is called only then (nil: none).
+	MessageID string
+	Headers   func() map[string]string
 }
 
 // Bad is one message to quarantine.
@@ -59,7 +63,8 @@ type Result struct {
 	Inserted    int // new journal rows
 	Duplicates  int // entries whose id was already journaled with the same payload
 	Conflicts   int // entries whose id was already journaled with a different payload
-	Quarantined int // new quarantine rows (bad messages and conflicts)
+	Quarantined int // new quarantine rows (bad messages, conflicts, refused entries)
+	Refused     int // entries the database refused, quarantined as db_refused
 }
 
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
@@ -149,25 +154,20 @@ q AS (
 )
 SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
 
-// Ingest writes a batch atomically. When it returns nil every entry is either in the
-// journal or in quarantine, durably; when it returns an error nothing was written and
-// nothing may be acknowledged.
+// Ingest writes a batch. When it returns nil every entry is either in the journal or in
+// quarantine, durably; when it returns an error nothing may be acknowledged (parts of
+// the batch may be written: a redelivery collapses onto them).
 //
-// A row the database itself refuses (a JSONB it will not store) would fail the whole
-// statement; Ingest then finds the offending entries one by one and quarantines them, so
-// one poison message never blocks a batch.
+// A row the database refuses for a deterministic reason (see IsUnavailable) would fail
+// the whole statement, batch after batch; Ingest then splits the batch until each
+// refused entry stands alone and quarantines it as db_refused (see refuse.go), so one
+// poison message never blocks a queue.
 func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	if len(b.Entries) == 0 && len(b.Bad) == 0 {
 		return Result{}, nil
 	}
 	entries, bad, dups, conflicts := dedupe(b.Entries, b.Bad)
-	res, err := ingest(ctx, db, entries, bad)
-	if err != nil && isDataError(err) && len(entries) > 0 {
-		entries, bad, err = isolatePoison(ctx, db, entries, bad)
-		if err == nil {
-			res, err = ingest(ctx, db, entries, bad)
-		}
-	}
+	res, err := ingestIsolating(ctx, db, entries, bad)
 	if err != nil {
 		return Result{}, err
 	}
@@ -315,31 +315,6 @@ func jsonEqual(a, b []byte) bool {
 	ax, _ := json.Marshal(x)
 	by, _ := json.Marshal(y)
 	return string(ax) == string(by)
-}
-
-// isolatePoison casts each payload on its own and moves the ones the database refuses
-// to quarantine. It is the slow path, taken only after a batch failed on bad data.
-func isolatePoison(ctx context.Context, db DB, entries []Entry, bad []Bad) ([]Entry, []Bad, error) {
-	kept := entries[:0:0]
-	for _, e := range entries {
-		var ok bool
-		err := db.QueryRow(ctx, `SELECT ($1::TEXT::JSONB->>'id')::UUID IS NOT NULL AND length($2::TEXT || $3::TEXT || $4::TEXT) >= 0`,
-			string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination).Scan(&ok)
-		switch {
-		case err == nil:
-			kept = append(kept, e)
-		case isDataError(err):
-			bad = append(bad, Bad{
-				Reason:      message.ReasonNotJSON,
-				Detail:      "database refused the payload: " + err.Error(),
-				Destination: e.Destination,
-				Body:        e.Event.Payload,
-			})
-		default:
-			return nil, nil, fmt.Errorf("checking payload of event %s: %w", e.Event.ID, err)
-		}
-	}
-	return kept, bad, nil
 }
 
 // IsDataError reports SQLSTATE class 22 (data exception): a value the database will not

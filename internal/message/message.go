@@ -25,9 +25,17 @@ const (
 	// ReasonInvalidHeader: an event-type or aggregate-id header the database cannot
 	// store (NUL, invalid UTF-8) or that is absurdly long.
 	ReasonInvalidHeader Reason = "invalid_header"
+	// ReasonInvalidField: the payload's "type" or "aggregateId" is longer than the
+	// journal can index (the database would refuse the whole batch for it).
+	ReasonInvalidField Reason = "invalid_field"
+	// ReasonDBRefused: the database itself refused the row for a deterministic reason
+	// (detail holds the SQLSTATE and message); set by the journal, not by Decode.
+	ReasonDBRefused Reason = "db_refused"
 )
 
-// maxHeaderValue bounds the event-type and aggregate-id a message may carry.
+// maxHeaderValue bounds the event-type and aggregate-id a message may carry, from its
+// headers or its payload: both are indexed columns, and PostgreSQL refuses a btree entry
+// above about 2.7 KB (SQLSTATE 54000), which would fail the whole batch.
 const maxHeaderValue = 256
 
 // DefaultMaxBodyBytes bounds a message body; larger ones are quarantined, not parsed.
@@ -126,6 +134,14 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	if ev.AggregateID == "" {
 		ev.AggregateID = canon
+	}
+	// From the payload these are valid UTF-8 without NUL already (checked above); only
+	// their length is left to bound.
+	if len(ev.EventType) > maxHeaderValue {
+		return Event{}, &Invalid{ReasonInvalidField, fmt.Sprintf("event type is %d bytes, at most %d", len(ev.EventType), maxHeaderValue)}
+	}
+	if len(ev.AggregateID) > maxHeaderValue {
+		return Event{}, &Invalid{ReasonInvalidField, fmt.Sprintf("aggregate id is %d bytes, at most %d", len(ev.AggregateID), maxHeaderValue)}
 	}
 	return ev, nil
 }

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"cmp"
 	"errors"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ func TestDecode(t *testing.T) {
 		name       string
 		body       string
 		headers    map[string]string
+		maxBody    int
 		wantReason Reason
 		wantType   string
 		wantAgg    string
@@ -31,6 +33,8 @@ func TestDecode(t *testing.T) {
 		{name: "escaped backslash before u0000 is fine", body: `{"id":"` + id + `","path":"C:\\u0000"}`, wantType: "default", wantAgg: strings.ToLower(id)},
 		{name: "NUL in event-type header", body: `{"id":"` + id + `"}`, headers: map[string]string{HeaderEventType: "a\x00b"}, wantReason: ReasonInvalidHeader},
 		{name: "invalid UTF-8 in aggregate-id header", body: `{"id":"` + id + `"}`, headers: map[string]string{HeaderAggregateID: "\xff"}, wantReason: ReasonInvalidHeader},
+		{name: "4KB aggregateId in the payload", body: `{"id":"` + id + `","aggregateId":"` + strings.Repeat("a", 4000) + `"}`, maxBody: 8192, wantReason: ReasonInvalidField},
+		{name: "4KB type in the payload", body: `{"id":"` + id + `","type":"` + strings.Repeat("t", 4000) + `"}`, maxBody: 8192, wantReason: ReasonInvalidField},
 		{name: "huge event-type header", body: `{"id":"` + id + `"}`, headers: map[string]string{HeaderEventType: strings.Repeat("t", 300)}, wantReason: ReasonInvalidHeader},
 		{name: "array", body: `[1,2]`, wantReason: ReasonNotObject},
 		{name: "null", body: `null`, wantReason: ReasonNotObject},
@@ -43,7 +47,7 @@ func TestDecode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			header := func(k string) string { return tt.headers[k] }
-			ev, err := Decode([]byte(tt.body), header, Options{MaxBodyBytes: 256, DefaultEventType: "default"})
+			ev, err := Decode([]byte(tt.body), header, Options{MaxBodyBytes: cmp.Or(tt.maxBody, 256), DefaultEventType: "default"})
 			if tt.wantReason != "" {
 				var inv *Invalid
 				if !errors.As(err, &inv) || inv.Reason != tt.wantReason {

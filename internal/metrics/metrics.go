@@ -3,6 +3,9 @@
 package metrics
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -20,6 +23,7 @@ type Metrics struct {
 	BatchSize     prometheus.Histogram
 	CommitSeconds prometheus.Histogram
 	Reconnects    *prometheus.CounterVec // by component (stomp, db)
+	InflightBytes *prometheus.GaugeVec   // body bytes taken and not yet acked, by destination
 
 	// Webhook (changefeed → inboxd).
 	WebhookBatches *prometheus.CounterVec // by outcome (ok, bad_request, unauthorized, error)
@@ -33,6 +37,21 @@ type Metrics struct {
 	Dead           prometheus.Gauge // DEAD rows in the journal, refreshed by the sweeper
 	SweeperRuns    prometheus.Counter
 	SweeperPicked  *prometheus.CounterVec // by kind (retry, stranded)
+
+	// Health: ages of the last progress (set through MarkIngestCommit and MarkProcessed),
+	// and what the health monitor currently finds stuck.
+	Stalled                  *prometheus.GaugeVec // 1 while a component is stuck, by component
+	lastCommit, lastProgress atomic.Int64         // unix nanos; start time until the first
+}
+
+// MarkIngestCommit records that an ingest batch was committed and acked just now.
+func (m *Metrics) MarkIngestCommit() { m.lastCommit.Store(time.Now().UnixNano()) }
+
+// MarkProcessed records that an event was processed (an outcome recorded) just now.
+func (m *Metrics) MarkProcessed() { m.lastProgress.Store(time.Now().UnixNano()) }
+
+func ageSeconds(v *atomic.Int64) func() float64 {
+	return func() float64 { return time.Since(time.Unix(0, v.Load())).Seconds() }
 }
 
 // New registers inboxd's collectors, plus Go runtime and process collectors, in a new registry.
@@ -50,6 +69,7 @@ func New() *Metrics {
 	m.BatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "inboxd_ingest_batch_size", Help: "Messages per ingest transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
 	m.CommitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "inboxd_ingest_commit_seconds", Help: "Latency of one ingest transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.Reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_reconnects_total", Help: "Reconnections after a lost broker or database connection."}, []string{"component"})
+	m.InflightBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_ingest_inflight_bytes", Help: "Message body bytes taken from the broker and not yet acked (bounded by -max-inflight-bytes)."}, []string{"destination"})
 
 	m.WebhookBatches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_webhook_batches_total", Help: "Changefeed webhook requests, by outcome."}, []string{"outcome"})
 	m.WebhookRows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_webhook_rows_total", Help: "Changefeed rows received, by disposition."}, []string{"disposition"})
@@ -62,7 +82,14 @@ func New() *Metrics {
 	m.SweeperRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_sweeper_runs_total", Help: "Sweeper passes."})
 	m.SweeperPicked = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_sweeper_picked_total", Help: "Events the sweeper picked up, by kind."}, []string{"kind"})
 
-	for _, c := range []prometheus.Collector{m.Received, m.Duplicates, m.Quarantined, m.Committed, m.Acked, m.BatchSize,
+	now := time.Now().UnixNano()
+	m.lastCommit.Store(now)
+	m.lastProgress.Store(now)
+	m.Stalled = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_stalled", Help: "1 while a component (ingest, processing, feed) has work waiting and makes no progress, or keeps failing."}, []string{"component"})
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inboxd_ingest_last_commit_age_seconds", Help: "Seconds since this instance last committed and acked an ingest batch (since start before the first)."}, ageSeconds(&m.lastCommit)))
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inboxd_process_last_success_age_seconds", Help: "Seconds since this instance last recorded a processing outcome (since start before the first)."}, ageSeconds(&m.lastProgress)))
+
+	for _, c := range []prometheus.Collector{m.InflightBytes, m.Stalled, m.Received, m.Duplicates, m.Quarantined, m.Committed, m.Acked, m.BatchSize,
 		m.CommitSeconds, m.Reconnects, m.WebhookBatches, m.WebhookRows, m.FeedResolved, m.FeedLagSeconds,
 		m.Processed, m.ProcessSeconds, m.Dead, m.SweeperRuns, m.SweeperPicked} {
 		f(c)

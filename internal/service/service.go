@@ -39,16 +39,29 @@ const WebhookPath = "/changefeed"
 
 // Service is a running inboxd.
 type Service struct {
-	cfg  *config.Config
-	log  *slog.Logger
-	reg  *process.Registry
-	pool *pgxpool.Pool
-	m    *metrics.Metrics
+	cfg       *config.Config
+	log       *slog.Logger
+	reg       *process.Registry
+	pool      *pgxpool.Pool
+	m         *metrics.Metrics
+	cockroach bool
 }
+
+// ErrShutdownTimeout is returned by Run when the shutdown did not finish within
+// INBOXD_SHUTDOWN_TIMEOUT. What was unfinished is left to redelivery (unacked messages,
+// unanswered webhook batches) and to the lease (claimed events), never half-recorded:
+// every step is a transaction.
+var ErrShutdownTimeout = errors.New("shutdown did not finish within the shutdown timeout")
 
 // New connects to the database, applies migrations, and prepares the parts. reg holds
 // the event handlers.
 func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *slog.Logger) (*Service, error) {
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = time.Minute
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
 	pcfg, err := cfg.PoolConfig()
 	if err != nil {
 		return nil, err
@@ -69,17 +82,24 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
-	if cfg.SweepGrace == 0 && isCockroach(ctx, pool) {
+	crdb := isCockroach(ctx, pool)
+	if cfg.SweepGrace == 0 && crdb {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New()}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New(), cockroach: crdb}, nil
 }
 
-// Run serves until ctx is cancelled or a part fails, then shuts down in order.
+// Run serves until ctx is cancelled or a part fails, then shuts down in order, within
+// cfg.ShutdownTimeout overall (else ErrShutdownTimeout).
 func (s *Service) Run(ctx context.Context) error {
-	defer s.pool.Close()
+	closePool := true
+	defer func() {
+		if closePool { // pgxpool.Close waits for connections in use: not after a timeout
+			s.pool.Close()
+		}
+	}()
 	cfg := s.cfg
 
 	stompCfg := cfg.Stomp(s.log)
@@ -92,7 +112,7 @@ func (s *Service) Run(ctx context.Context) error {
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
 		AckMode:      ingest.AckMode(cfg.AckMode),
-		MaxBodyBytes: cfg.MaxBodyBytes, DefaultEventType: cfg.DefaultEventType,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
 		Logger: s.log.With("component", "ingest"), Metrics: s.m,
 	}, s.pool)
 	if err != nil {
@@ -103,19 +123,23 @@ func (s *Service) Run(ctx context.Context) error {
 		s.m, s.log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace})
 
+	mon := newMonitor(s.pool, s.m, sub.Health, cfg.StallAfter, cfg.SweepGrace, s.cockroach && cfg.WebhookAddr != "",
+		s.log.With("component", "health"))
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
 		AdminToken: cfg.AdminToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
-			// Not ready while a destination is unsubscribed: reconnecting, or a standby
-			// whose durable subscription another instance holds.
-			{Name: "ingest", Check: func(context.Context) error {
+			{Name: "ingest", Check: func(ctx context.Context) error {
+				// Not ready while a destination is unsubscribed: reconnecting, or a standby
+				// whose durable subscription another instance holds.
 				if !sub.Ready() {
 					return errors.New("not subscribed to every destination (reconnecting, or standby while another instance holds the client id)")
 				}
-				return nil
+				return mon.readyCheck("ingest")(ctx)
 			}},
+			{Name: "processing", Check: mon.readyCheck("processing")},
+			{Name: "feed", Check: mon.readyCheck("feed")},
 		},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	})
@@ -128,6 +152,11 @@ func (s *Service) Run(ctx context.Context) error {
 		if hook, err = s.newWebhook(engine); err != nil {
 			return err
 		}
+	}
+
+	// The broker too is waited for before intake starts, each try logged.
+	if err := waitForBroker(ctx, stompCfg, s.log); err != nil {
+		return nil // cancelled while waiting: nothing started, nothing to stop
 	}
 
 	// Each stage has its own context so that shutdown can stop intake before processing.
@@ -155,6 +184,8 @@ func (s *Service) Run(ctx context.Context) error {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}
 	start(&serving, "api", func() error { return apiSrv.Run(apiCtx) })
+	serving.Add(1)
+	go func() { defer serving.Done(); mon.run(apiCtx) }()
 	s.log.Info("inboxd running", "destinations", cfg.Destinations, "api", cfg.HTTPAddr, "webhook", cfg.WebhookAddr)
 
 	var runErr error
@@ -164,13 +195,32 @@ func (s *Service) Run(ctx context.Context) error {
 	case runErr = <-errs:
 		s.log.Error("shutting down after a failure", "err", runErr)
 	}
-	stopIntake()
-	intake.Wait()
-	s.log.Info("intake stopped; finishing in-flight processing")
-	stopWork()
-	work.Wait()
-	stopAPI()
-	serving.Wait()
+	// One bound for the whole sequence, not one per step. A second signal exits at once
+	// (see cli.signalContext).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopIntake()
+		intake.Wait()
+		s.log.Info("intake stopped; finishing in-flight processing")
+		stopWork()
+		work.Wait()
+		stopAPI()
+		serving.Wait()
+	}()
+	timer := time.NewTimer(cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		stopIntake()
+		stopWork()
+		stopAPI()
+		closePool = false
+		s.log.Error("shutdown timed out; exiting with work unfinished, which the broker redelivers and the lease releases",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		return errors.Join(runErr, ErrShutdownTimeout)
+	}
 	close(errs)
 	for err := range errs {
 		runErr = errors.Join(runErr, err)
@@ -237,6 +287,30 @@ func (w *webhookServer) run(ctx context.Context, grace time.Duration) error {
 		return fmt.Errorf("shutting the webhook down: %w", err)
 	}
 	return nil
+}
+
+// waitForBroker tries the broker until it answers, at least every second, and logs
+// each try, so that inboxd started before its broker waits instead of failing.
+func waitForBroker(ctx context.Context, cfg stompx.Config, log *slog.Logger) error {
+	bo := stompx.Backoff{Initial: 200 * time.Millisecond}
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := brokerReachable(tctx, cfg)
+		cancel()
+		if err == nil {
+			if bo.Attempt() > 0 {
+				log.Info("broker reachable", "addr", cfg.Addr, "tries", bo.Attempt()+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("waiting for the broker", "addr", cfg.Addr, "try", bo.Attempt()+1, "err", err)
+		if err := bo.Wait(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // brokerReachable is the readiness check of the broker: a STOMP CONNECT, not just TCP,

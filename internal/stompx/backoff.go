@@ -7,11 +7,13 @@ import (
 )
 
 // Backoff yields capped, jittered, exponentially growing delays for reconnect loops
-// (broker and database alike). The zero value is usable: 100ms doubling up to 30s.
+// (broker and database alike). The zero value is usable: 100ms doubling up to 1s, so
+// that an outage heals within about a second of its end; the jitter spreads a restart
+// storm of many instances over that second. It is inboxd's only backoff for reconnects.
 // A Backoff is not safe for concurrent use; give each loop its own.
 type Backoff struct {
 	Initial time.Duration // first delay, default 100ms
-	Max     time.Duration // cap, default 30s
+	Max     time.Duration // cap, default 1s
 	// Jitter is the fraction of each delay that is randomized, in [0,1]; default 0.5.
 	// Equal jitter keeps a floor (so a restart storm is still spread but never hot-loops).
 	Jitter float64
@@ -25,7 +27,7 @@ func (b *Backoff) defaults() (initial, max time.Duration, jitter float64) {
 		initial = 100 * time.Millisecond
 	}
 	if max <= 0 {
-		max = 30 * time.Second
+		max = time.Second
 	}
 	if max < initial {
 		max = initial

@@ -1,0 +1,57 @@
+package journal_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func TestOldestWaiting(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	wait := func() time.Duration {
+		t.Helper()
+		d, err := journal.OldestWaiting(ctx, db.Pool, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := wait(); d != 0 {
+		t.Fatalf("empty journal: %s, want 0", d)
+	}
+	if _, err := journal.Ingest(ctx, db.Pool, journal.Batch{Entries: []journal.Entry{goodEntry(t, 1), goodEntry(t, 2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := wait(); d != 0 {
+		t.Fatalf("fresh events: %s, want 0 (younger than minAge)", d)
+	}
+	exec(`UPDATE journal SET next_attempt_at = now() - INTERVAL '1 minute', received_at = now() - INTERVAL '1 minute'`)
+	if d := wait(); d < 59*time.Second || d > 2*time.Minute {
+		t.Fatalf("events a minute old: %s, want about 1m", d)
+	}
+	// Claimed by a sweeper (lease ahead) and not finished: still waiting.
+	exec(`UPDATE journal SET next_attempt_at = now() + INTERVAL '1 minute'`)
+	if d := wait(); d < 59*time.Second || d > 2*time.Minute {
+		t.Fatalf("claimed events received a minute ago: %s, want about 1m", d)
+	}
+	// A FAILED event retried later holds its aggregate's successors: waiting by design.
+	exec(`UPDATE journal SET aggregate_id = 'a'`)
+	exec(`UPDATE journal SET status = 'FAILED', next_attempt_at = now() + INTERVAL '1 hour' WHERE sequence_no = (SELECT min(sequence_no) FROM journal)`)
+	if d := wait(); d != 0 {
+		t.Fatalf("successor of a FAILED event due later: %s, want 0", d)
+	}
+	exec(`UPDATE journal SET status = 'PROCESSED'`)
+	if d := wait(); d != 0 {
+		t.Fatalf("all processed: %s, want 0", d)
+	}
+}
