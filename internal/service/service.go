@@ -154,11 +154,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 
-	// The broker too is waited for before intake starts, each try logged.
-	if err := waitForBroker(ctx, stompCfg, s.log); err != nil {
-		return nil // cancelled while waiting: nothing started, nothing to stop
-	}
-
 	// Each stage has its own context so that shutdown can stop intake before processing.
 	intakeCtx, stopIntake := context.WithCancel(context.Background())
 	workCtx, stopWork := context.WithCancel(context.Background())
@@ -178,7 +173,14 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	start(&intake, "ingest", func() error { return sub.Run(intakeCtx) })
+	start(&intake, "ingest", func() error {
+		// The broker is waited for before intake starts, each try logged; the API runs
+		// meanwhile, so /readyz can say what is missing.
+		if waitForBroker(intakeCtx, stompCfg, s.log) != nil {
+			return nil // stopped while waiting: nothing to clean up
+		}
+		return sub.Run(intakeCtx)
+	})
 	start(&work, "sweeper", func() error { return sweeper.Run(workCtx) })
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
