@@ -82,7 +82,7 @@ func (g Guard) Middleware() echo.MiddlewareFunc {
 				return next(c)
 			}
 			if ok, dropped := limit.Allow(g.Realm + " token"); ok {
-				log.Warn("request refused: missing or wrong bearer token", "realm", g.Realm, "remote", req.RemoteAddr,
+				log.Warn("request refused: missing or wrong token", "realm", g.Realm, "remote", req.RemoteAddr,
 					"had_credentials", req.Header.Get(echo.HeaderAuthorization) != "", "refusals_not_logged", dropped)
 			}
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, fmt.Sprintf("Bearer realm=%q", g.Realm))
@@ -158,7 +158,7 @@ func IsLoopbackAddr(addr string) bool {
 // unsafeMethods change state; safe ones (GET, HEAD, OPTIONS) must not.
 var unsafeMethods = map[string]bool{http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true}
 
-// RequireJSON answers 415 to a state-changing request whose Content-Type is not
+// RequireJSON (route middleware for POST, PUT, PATCH and DELETE routes) answers 415 to a state-changing request whose Content-Type is not
 // application/json, body or no body. A browser sends such a request cross-site only
 // after a CORS preflight, which inboxd never grants, so a page an operator has open
 // cannot forge one (CSRF); text/plain, form and multipart bodies go out without one.
