@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/certs"
 )
 
 // Config is every setting of inboxd.
@@ -24,6 +26,7 @@ type Config struct {
 
 	HTTPAddr   string
 	AdminToken string
+	ReadToken  string
 
 	WebhookAddr  string
 	WebhookToken string
@@ -100,9 +103,10 @@ func settings(c *Config) []setting {
 		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode", "", str(&c.StompPasscode)},
 		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; the first is where POST /registration publishes", "/queue/registrations", list(&c.Destinations)},
 		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", ":8090", str(&c.HTTPAddr)},
-		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints (empty: no auth)", "", str(&c.AdminToken)},
+		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)", "", str(&c.AdminToken)},
+		{"read-token", "INBOXD_READ_TOKEN", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)", "", str(&c.ReadToken)},
 		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", ":8443", str(&c.WebhookAddr)},
-		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header)", "", str(&c.WebhookToken)},
+		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses", "", str(&c.WebhookToken)},
 		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", "webhook-https://localhost:8443/changefeed", str(&c.WebhookURL)},
 		{"cert-dir", "INBOXD_CERT_DIR", "directory for the generated webhook CA and certificate", "var/certs", str(&c.CertDir)},
 		{"cert-file", "INBOXD_CERT_FILE", "webhook TLS certificate file (PEM); generated when empty", "", str(&c.CertFile)},
@@ -193,6 +197,20 @@ func parseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// WebhookAuthToken is the token the webhook demands and the changefeed sends:
+// INBOXD_WEBHOOK_TOKEN, else the secret kept in the certificate directory, generated on
+// first use (created reports that). The webhook is never open.
+func (c *Config) WebhookAuthToken() (token string, created bool, err error) {
+	if c.WebhookToken != "" {
+		return c.WebhookToken, false, nil
+	}
+	token, created, err = certs.Secret(c.CertDir, certs.WebhookTokenFile)
+	if err != nil {
+		return "", false, fmt.Errorf("INBOXD_WEBHOOK_TOKEN is empty and the generated token in INBOXD_CERT_DIR is unusable (set the variable, or fix the file): %w", err)
+	}
+	return token, created, nil
 }
 
 // Logger builds the logger the settings ask for.
