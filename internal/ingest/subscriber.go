@@ -14,6 +14,7 @@ import (
 	"github.com/go-stomp/stomp/v3"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
@@ -28,6 +29,8 @@ type Subscriber struct {
 	hooks hooks
 	// batchSeq numbers batches for the logs, so that one batch's lines can be found.
 	batchSeq atomic.Uint64
+	// warn rate-limits the quarantine warning: one line per destination per minute.
+	warn *logx.Limiter
 }
 
 // hooks let tests stop the pipeline at precise points (for example to kill the process
@@ -76,7 +79,7 @@ func New(cfg Config, db journal.DB) (*Subscriber, error) {
 		return nil, err
 	}
 	ack, _ := cfg.AckMode.stomp()
-	return &Subscriber{cfg: cfg, db: db, ack: ack}, nil
+	return &Subscriber{cfg: cfg, db: db, ack: ack, warn: logx.NewLimiter(time.Minute)}, nil
 }
 
 // Ready reports whether every destination has a live subscription right now.
@@ -447,15 +450,31 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 		if res.Conflicts > 0 {
 			m.Quarantined.WithLabelValues(string(message.ReasonIDConflict)).Add(float64(res.Conflicts))
 		}
+		if res.Refused > 0 {
+			m.Quarantined.WithLabelValues(string(journal.ReasonRefused)).Add(float64(res.Refused))
+		}
 	}
 	log = log.With("batch_id", b.id)
 	log.Debug("batch committed", "messages", len(b.msgs), "inserted", res.Inserted, "duplicates", res.Duplicates,
 		"conflicts", res.Conflicts, "quarantined", res.Quarantined, "commit_ms", time.Since(start).Milliseconds())
-	for _, bad := range b.jb.Bad {
-		log.Warn("message quarantined", "message_id", bad.MessageID, "reason", string(bad.Reason), "detail", bad.Detail, "bytes", len(bad.Body))
-	}
-	if res.Conflicts > 0 {
-		log.Warn("ids journaled before with a different payload; quarantined as id_conflict", "conflicts", res.Conflicts)
+	// One line per batch with counts, not one per message (a flood of bad messages
+	// must not become a flood of log lines), and at most one a minute per destination.
+	// Reasons, ids and bodies are in the quarantine table.
+	if n := len(b.jb.Bad) + res.Conflicts + res.Refused; n > 0 {
+		if ok, dropped := s.warn.Allow(dest); ok {
+			byReason := make(map[string]int, len(b.quarantined)+2)
+			for reason, k := range b.quarantined {
+				byReason[string(reason)] += k
+			}
+			if res.Conflicts > 0 {
+				byReason[string(message.ReasonIDConflict)] += res.Conflicts
+			}
+			if res.Refused > 0 {
+				byReason[string(journal.ReasonRefused)] += res.Refused
+			}
+			log.Warn("messages quarantined", "messages", len(b.msgs), "quarantined", n, "by_reason", byReason,
+				"batches_not_logged", dropped)
+		}
 	}
 	if h := s.hooks.afterIngest; h != nil {
 		h(ctx, dest, res)

@@ -60,7 +60,12 @@ type Result struct {
 	Duplicates  int // entries whose id was already journaled with the same payload
 	Conflicts   int // entries whose id was already journaled with a different payload
 	Quarantined int // new quarantine rows (bad messages and conflicts)
+	Refused     int // entries the database refused to store, quarantined with ReasonRefused
 }
+
+// ReasonRefused is the quarantine reason of an entry the database refused (a JSONB it
+// will not store): to a client, its body is not JSON.
+const ReasonRefused = message.ReasonNotJSON
 
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
 // one round trip: new journal rows, quarantined messages, and id conflicts (an id already
@@ -162,8 +167,11 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	}
 	entries, bad, dups, conflicts := dedupe(b.Entries, b.Bad)
 	res, err := ingest(ctx, db, entries, bad)
+	refused := 0
 	if err != nil && isDataError(err) && len(entries) > 0 {
+		before := len(entries)
 		entries, bad, err = isolatePoison(ctx, db, entries, bad)
+		refused = before - len(entries)
 		if err == nil {
 			res, err = ingest(ctx, db, entries, bad)
 		}
@@ -173,6 +181,7 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	}
 	res.Duplicates += dups
 	res.Conflicts += conflicts
+	res.Refused = refused
 	return res, nil
 }
 
@@ -330,7 +339,7 @@ func isolatePoison(ctx context.Context, db DB, entries []Entry, bad []Bad) ([]En
 			kept = append(kept, e)
 		case isDataError(err):
 			bad = append(bad, Bad{
-				Reason:      message.ReasonNotJSON,
+				Reason:      ReasonRefused,
 				Detail:      "database refused the payload: " + err.Error(),
 				Destination: e.Destination,
 				Body:        e.Event.Payload,
