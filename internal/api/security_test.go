@@ -110,3 +110,38 @@ func TestStatsRedactsSink(t *testing.T) {
 		}
 	}
 }
+
+// Issue 10: POST /registration answered 202 for what the handler then rejected
+// (createdAt 0001-01-01, lookalike addresses); the API now runs the handler's rules.
+func TestRegistrationAcceptsOnlyWhatTheHandlerWould(t *testing.T) {
+	h := newHarness(t, nil)
+	reg := func(k, v string) map[string]any {
+		m := map[string]any{"name": "José", "email": "jose@example.com", "jurisdiction": "mga", "createdAt": "2025-01-31T12:00:00Z"}
+		m[k] = v
+		return m
+	}
+	for _, tc := range []struct{ field, value string }{
+		{"createdAt", "0001-01-01T00:00:00Z"},
+		{"createdAt", "1000-01-01T00:00:00Z"},
+		{"email", "jo\u200bse@example.com"},
+		{"email", "\uff4aose@example.com"},
+		{"email", "j\u043ese@example.com"}, // Cyrillic о
+		{"name", "Jos\u00e9\u202e"},
+	} {
+		detail := expectError(t, h.do(t, "POST", "/registration", reg(tc.field, tc.value)), http.StatusBadRequest)
+		if d, _ := detail.(map[string]any); d[tc.field] == nil {
+			t.Errorf("%s %q: detail %v does not name the field", tc.field, tc.value, detail)
+		}
+	}
+	if n := len(h.pub.sent()); n != 0 {
+		t.Fatalf("%d refused registrations published", n)
+	}
+	// NFD is published in NFC, lower case: the handler sees the same customer key.
+	if r := h.do(t, "POST", "/registration", reg("email", "JOSE\u0301@Example.com")); r.Code != 202 {
+		t.Fatalf("%d %s", r.Code, r.Body)
+	}
+	sent := h.pub.sent()
+	if len(sent) != 1 || !strings.Contains(string(sent[0].Body), "jos\u00e9@example.com") || sent[0].Headers["aggregate-id"] != "mga:jos\u00e9@example.com" {
+		t.Errorf("published %s %v", sent[0].Body, sent[0].Headers)
+	}
+}
