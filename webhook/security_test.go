@@ -7,11 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -140,4 +143,50 @@ func TestPoisonBatchLogsOneLine(t *testing.T) {
 	if n := logs.lines(); n != 2 {
 		t.Errorf("%d log lines after 100 malformed bodies, want 2", n)
 	}
+}
+
+// FuzzHandle posts arbitrary authenticated bodies to the handler: it never panics,
+// answers only 200, 400 or 413 for rows (one poison row never fails a batch), and
+// never stores a resolved timestamp from the far future (with no database, storing
+// one would answer 503).
+func FuzzHandle(f *testing.F) {
+	for _, s := range []string{
+		`{"payload":[],"length":0}`,
+		`{"payload":[{"after":{"id":"` + id1 + `","status":"RECEIVED"}}],"length":1}`,
+		`{"payload":[{},7,null,{"after":null},{"__crdb__":{"key":["x"]}}]}`,
+		`{"resolved":"9223372036854775807.2147483647"}`,
+		`{"__crdb__":{"resolved":"1.0"}}`,
+		`{"resolved":"1700000000000000000"}`,
+		`[]`, `null`, `{"payload":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	h := webhook.New(webhook.Config{AuthHeader: token, MaxBodyBytes: 1 << 16}, &fakeProcessor{}, nil, metrics.New(), nil)
+	e := echo.New()
+	h.Register(e, "/changefeed")
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/changefeed", bytes.NewReader(body))
+		req.Header.Set("Authorization", token)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		msg, err := webhook.Decode(body)
+		switch {
+		case err != nil || len(body) > 1<<16:
+			if rec.Code != http.StatusBadRequest && rec.Code != http.StatusRequestEntityTooLarge {
+				t.Fatalf("malformed body answered %d", rec.Code)
+			}
+		case !msg.Resolved.IsZero() && msg.Resolved.Time().After(time.Now().Add(webhook.DefaultMaxResolvedAhead)):
+			if rec.Code != http.StatusOK {
+				t.Fatalf("far-future resolved answered %d: %s", rec.Code, rec.Body)
+			}
+		case !msg.Resolved.IsZero():
+			if rec.Code != http.StatusServiceUnavailable { // no database to store it in
+				t.Fatalf("resolved answered %d", rec.Code)
+			}
+		default:
+			if rec.Code != http.StatusOK {
+				t.Fatalf("batch answered %d: %s", rec.Code, rec.Body)
+			}
+		}
+	})
 }
