@@ -292,7 +292,7 @@ func Secret(dir, name string) (value string, created bool, err error) {
 		return "", false, fmt.Errorf("writing %s: %w", name, err)
 	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err == nil {
+	if err = tmp.Chmod(0o600); err == nil {
 		_, err = tmp.WriteString(v + "\n")
 	}
 	if cerr := tmp.Close(); err == nil {
