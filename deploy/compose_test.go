@@ -264,3 +264,54 @@ func commandString(v any) string {
 	}
 	return ""
 }
+
+// Issue 10: the compose file fell back to the known tokens change-me-admin-token and
+// change-me-webhook-token. A secret may have no default but empty (generated, or
+// closed), or be required with ${VAR:?message}.
+func TestNoKnownSecrets(t *testing.T) {
+	c := load(t)
+	secret := func(name string) bool {
+		for _, s := range []string{"TOKEN", "PASSCODE", "PASSWORD", "SECRET", "KEY"} {
+			if strings.Contains(name, s) {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for svcName, svc := range c.Services {
+		for name, value := range svc.Environment {
+			if !secret(name) || strings.HasSuffix(name, "_FILE") {
+				continue
+			}
+			checked++
+			v := strings.TrimSpace(value)
+			switch {
+			case v == "${"+name+":-}", v == "${"+name+"}":
+			case strings.HasPrefix(v, "${"+name+":?") && strings.HasSuffix(v, "}"):
+			default:
+				t.Errorf("%s: %s = %q: a secret must be ${%s:-} (empty: generated or closed) or ${%s:?message} (required)", svcName, name, value, name, name)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no secret settings found")
+	}
+	inboxd := c.Services["inboxd"]
+	if v := inboxd.Environment["INBOXD_ADMIN_TOKEN"]; !strings.HasPrefix(v, "${INBOXD_ADMIN_TOKEN:?") {
+		t.Errorf("INBOXD_ADMIN_TOKEN = %q: must be required, the API is reached through Docker's NAT", v)
+	}
+	// The feed job reads the generated webhook token from the volume serve writes.
+	feedJob := c.Services["inboxd-feed"]
+	shared := false
+	for _, v := range feedJob.Volumes {
+		for _, w := range inboxd.Volumes {
+			if strings.SplitN(v, ":", 2)[0] == strings.SplitN(w, ":", 2)[0] && strings.Contains(v, inboxd.Environment["INBOXD_CERT_DIR"]) {
+				shared = true
+			}
+		}
+	}
+	if !shared {
+		t.Error("inboxd-feed does not mount inboxd's certificate volume, where the webhook token is generated")
+	}
+}

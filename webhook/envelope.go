@@ -201,10 +201,18 @@ func Decode(body []byte) (Message, error) {
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
+// Poison-row errors without details are shared, so that a batch of a million of them
+// allocates none.
+var (
+	errRowNotObject   = errors.New("message is not a JSON object")
+	errRowNoEnvelope  = fmt.Errorf("message has neither \"after\" nor %q", crdbField)
+	errAfterNotObject = errors.New("\"after\" is not a JSON object")
+)
+
 func decodeRow(raw json.RawMessage) Row {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return Row{Err: errors.New("message is not a JSON object")}
+		return Row{Err: errRowNotObject}
 	}
 	var r Row
 	var after json.RawMessage
@@ -234,11 +242,11 @@ func decodeRow(raw json.RawMessage) Row {
 		r.Journal = jr
 		return r
 	} else {
-		return Row{Err: fmt.Errorf("message has neither \"after\" nor %q", crdbField)}
+		return Row{Err: errRowNoEnvelope}
 	}
 	var cols map[string]json.RawMessage
 	if err := json.Unmarshal(after, &cols); err != nil || cols == nil {
-		r.Err = errors.New("\"after\" is not a JSON object")
+		r.Err = errAfterNotObject
 		return r
 	}
 	jr, err := journalRow(cols, r.Key)

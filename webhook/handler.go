@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -37,7 +38,16 @@ type Config struct {
 	MaxBodyBytes int64
 	// Sink names this feed's row in feed_watermark. Default "default".
 	Sink string
+	// MaxResolvedAhead bounds how far past this machine's clock a resolved timestamp may
+	// lie; a later one is ignored and counted, never stored. Default DefaultMaxResolvedAhead.
+	MaxResolvedAhead time.Duration
 }
+
+// DefaultMaxResolvedAhead: a resolved timestamp is a closed timestamp, which trails the
+// cluster's clock; CockroachDB nodes run within --max-offset (500ms by default) of each
+// other. Ten minutes covers any skew between inboxd and the cluster that a working
+// deployment has, and is short enough that a forged "year 2262" never sticks.
+const DefaultMaxResolvedAhead = 10 * time.Minute
 
 // Handler receives the changefeed's webhook POSTs.
 //
@@ -68,6 +78,8 @@ type Handler struct {
 
 	mu     sync.Mutex
 	latest HLC
+
+	warn *logx.Limiter // repeated warnings: one line per kind per minute
 }
 
 // New builds the handler. db stores the watermark; m and log may be nil.
@@ -78,13 +90,20 @@ func New(cfg Config, proc Processor, db journal.DB, m *metrics.Metrics, log *slo
 	if cfg.Sink == "" {
 		cfg.Sink = "default"
 	}
+	if cfg.MaxResolvedAhead <= 0 {
+		cfg.MaxResolvedAhead = DefaultMaxResolvedAhead
+	}
 	if m == nil {
 		m = metrics.New()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{cfg: cfg, proc: proc, db: db, m: m, log: log, auth: sha256.Sum256([]byte(cfg.AuthHeader))}
+	if cfg.AuthHeader == "" {
+		log.Warn("the webhook accepts requests without credentials: Config.AuthHeader is empty")
+	}
+	return &Handler{cfg: cfg, proc: proc, db: db, m: m, log: log, auth: sha256.Sum256([]byte(cfg.AuthHeader)),
+		warn: logx.NewLimiter(time.Minute)}
 }
 
 // Register mounts the handler on e as POST path.
@@ -126,10 +145,22 @@ func (h *Handler) Handle(c echo.Context) error {
 	msg, err := Decode(body)
 	if err != nil {
 		h.m.WebhookBatches.WithLabelValues("bad_request").Inc()
-		h.log.Warn("malformed webhook body", "error", err, "bytes", len(body))
+		if ok, dropped := h.warn.Allow("malformed"); ok {
+			h.log.Warn("malformed webhook body", "error", err, "bytes", len(body), "similar_not_logged", dropped)
+		}
 		return c.JSON(http.StatusBadRequest, errorBody{err.Error()})
 	}
 	ctx := req.Context()
+	if !msg.Resolved.IsZero() && msg.Resolved.Time().After(time.Now().Add(h.cfg.MaxResolvedAhead)) {
+		// Stored, it would stay for good (the watermark only moves forward); refused
+		// with a 4xx, the sink would retry it forever and block the feed.
+		h.m.WebhookBatches.WithLabelValues("resolved_ignored").Inc()
+		if ok, dropped := h.warn.Allow("resolved"); ok {
+			h.log.Warn("ignored a resolved timestamp implausibly far in the future", "resolved", msg.Resolved.String(),
+				"max_ahead", h.cfg.MaxResolvedAhead, "similar_not_logged", dropped)
+		}
+		return c.JSON(http.StatusOK, map[string]string{"ignored": "resolved timestamp too far in the future"})
+	}
 	if !msg.Resolved.IsZero() {
 		if err := h.resolved(ctx, msg.Resolved); err != nil {
 			return h.failed(c, err)
@@ -162,7 +193,8 @@ func (h *Handler) failed(c echo.Context, err error) error {
 	} else {
 		h.log.Error("webhook batch not recorded; the sink will redeliver", "error", err)
 	}
-	return c.JSON(http.StatusServiceUnavailable, errorBody{"outcome not recorded, retry: " + err.Error()})
+	// The cause stays in the log: database errors name hosts, tables and constraints.
+	return c.JSON(http.StatusServiceUnavailable, errorBody{"outcome not recorded, retry"})
 }
 
 // rows filters the batch down to pending work and processes it. It returns counts by
@@ -171,13 +203,15 @@ func (h *Handler) rows(ctx context.Context, rows []Row) (map[string]int, error) 
 	counts := map[string]int{}
 	now := time.Now()
 	var items []process.Item
+	var firstPoison error
 	seen := make(map[string]bool, len(rows))
 	for _, r := range rows {
 		switch {
 		case r.Err != nil:
 			counts["poison"]++
-			h.log.Warn("unusable changefeed row skipped; its journal entry is left to the sweeper",
-				"key", truncate(string(r.Key), 80), "updated", r.Updated, "error", r.Err)
+			if firstPoison == nil {
+				firstPoison = r.Err
+			}
 		case r.Deleted, !r.Journal.pending():
 			counts["ignored"]++
 		case r.Journal.Status == journal.StatusFailed && r.Journal.NextAttemptAt.After(now):
@@ -197,6 +231,16 @@ func (h *Handler) rows(ctx context.Context, rows []Row) (map[string]int, error) 
 	}
 	for k, n := range counts {
 		h.m.WebhookRows.WithLabelValues(k).Add(float64(n))
+	}
+	// One line per batch, whatever its size: a batch of a million bad rows must not
+	// write a million lines. Batches with unusable rows warn, at most once a minute.
+	if firstPoison != nil {
+		if ok, dropped := h.warn.Allow("poison"); ok {
+			h.log.Warn("unusable changefeed rows skipped; their journal entries are left to the sweeper",
+				"rows", len(rows), "poison", counts["poison"], "first_error", firstPoison, "batches_not_logged", dropped)
+		}
+	} else {
+		h.log.Debug("webhook batch", "rows", len(rows), "counts", counts)
 	}
 	return counts, err
 }

@@ -23,14 +23,19 @@ type Watermark struct {
 // a late or replayed resolved message (several instances receive them) never moves
 // the watermark backwards. The comparison casts the HLC text to DECIMAL, exact on
 // both PostgreSQL and CockroachDB; ParseHLC guarantees the cast succeeds.
+//
+// A recorded watermark more than DefaultMaxResolvedAhead past now is replaced too: it
+// can only have been forged (or stored before the handler ignored such values), and
+// kept, it would freeze the watermark for good.
 func StoreWatermark(ctx context.Context, db journal.DB, sink string, ts HLC) error {
 	_, err := db.Exec(ctx, `
 		INSERT INTO feed_watermark (sink, resolved, resolved_at, updated_at)
 		VALUES ($1, $2, $3, now())
 		ON CONFLICT (sink) DO UPDATE
 		SET resolved = excluded.resolved, resolved_at = excluded.resolved_at, updated_at = now()
-		WHERE feed_watermark.resolved::DECIMAL < excluded.resolved::DECIMAL`,
-		sink, ts.String(), ts.Time())
+		WHERE feed_watermark.resolved::DECIMAL < excluded.resolved::DECIMAL
+		   OR feed_watermark.resolved_at > $4`,
+		sink, ts.String(), ts.Time(), time.Now().Add(DefaultMaxResolvedAhead))
 	if err != nil {
 		return fmt.Errorf("storing watermark of sink %q: %w", sink, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
 )
@@ -52,8 +53,15 @@ type Config struct {
 	Publisher Publisher // required: registrations and quarantine reinjection
 	// Destination is where POST /registration publishes, e.g. "/queue/registrations".
 	Destination string // required
-	// AdminToken, when set, guards /admin/* with "Authorization: Bearer <token>".
+	// AdminToken, when set, guards /admin/* (and the journal reads) with
+	// "Authorization: Bearer <token>". Unset, /admin/* is served to localhost only.
 	AdminToken string
+	// ReadToken, when set, guards the journal reads (/journal/*, personal data) with
+	// "Authorization: Bearer <token>"; the admin token is accepted too. Unset (and no
+	// admin token), the journal is served to localhost only.
+	ReadToken string
+	// Limits bound slow and large clients; zero fields take httpsec.DefaultLimits.
+	Limits httpsec.Limits
 
 	Logger  *slog.Logger     // default slog.Default()
 	Metrics *metrics.Metrics // default metrics.New(); served at /metrics
@@ -75,9 +83,10 @@ type Config struct {
 
 // Server is the REST API.
 type Server struct {
-	cfg Config
-	e   *echo.Echo
-	log *slog.Logger
+	cfg         Config
+	e           *echo.Echo
+	log         *slog.Logger
+	admin, read echo.MiddlewareFunc
 }
 
 // New builds the API. It registers every route; Echo returns the echo instance to serve
@@ -117,8 +126,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
+	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
 	if cfg.AdminToken == "" {
-		s.log.Warn("admin API is not protected: no admin token configured")
+		s.log.Warn("no admin token: /admin is served to localhost only; set INBOXD_ADMIN_TOKEN for remote access")
+	}
+	if cfg.ReadToken == "" && cfg.AdminToken == "" {
+		s.log.Info("no read token: /journal is served to localhost only; set INBOXD_READ_TOKEN for remote access")
 	}
 
 	e := echo.New()
@@ -126,11 +140,15 @@ func New(cfg Config) (*Server, error) {
 	e.HidePort = true
 	e.IPExtractor = cfg.IPExtractor
 	e.HTTPErrorHandler = s.handleError
-	e.Server.ReadHeaderTimeout = 10 * time.Second
-	e.Server.IdleTimeout = 2 * time.Minute
+	cfg.Limits.Apply(e.Server)
 	e.StdLogger = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn) // becomes http.Server.ErrorLog
 	// Hand-written rather than echo/middleware, which would pull golang.org/x/time into go.mod.
-	e.Use(setRequestID, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
+	e.Use(setRequestID, httpsec.SecurityHeaders, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
+	// Every POST demands Content-Type: application/json (415 otherwise): that is what
+	// stops CSRF, as a browser sends no such request cross-site without a preflight.
+	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.POST(path, h, append(m, httpsec.RequireJSON)...)
+	}
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -138,25 +156,34 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/openapi.json", s.openAPI)
 
 	e.GET("/registration/form", s.registrationForm)
-	e.POST("/registration", s.postRegistration)
+	post("/registration", s.postRegistration)
 
-	e.GET("/journal/stats", s.journalStats)
+	// The journal holds personal data: reads need the read (or admin) token, or localhost.
+	e.GET("/journal/stats", s.journalStats, s.read)
 	// One route serves both /journal/{type}-events and /journal/{id}: Echo allows one
 	// parameter child per path segment, so the handler tells them apart by the suffix.
-	e.GET("/journal/:ref", s.journalRef)
+	e.GET("/journal/:ref", s.journalRef, s.read)
 
-	admin := s.requireAdmin
+	admin := s.admin
 	e.GET("/admin/events", s.adminListEvents, admin)
-	e.POST("/admin/events/retry", s.adminRetryFilter, admin)
-	e.POST("/admin/events/replay", s.adminReplay, admin)
-	e.POST("/admin/events/:id/retry", s.adminRetryOne, admin)
+	post("/admin/events/retry", s.adminRetryFilter, admin)
+	post("/admin/events/replay", s.adminReplay, admin)
+	post("/admin/events/:id/retry", s.adminRetryOne, admin)
 	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
 	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)
-	e.POST("/admin/quarantine/:id/reinject", s.adminReinject, admin)
+	post("/admin/quarantine/:id/reinject", s.adminReinject, admin)
 
 	s.e = e
 	return s, nil
 }
+
+// AdminAccess is the access check of /admin/*, for other route groups that change
+// state (e.g. a console's actions): the admin token, or localhost when none is set.
+func (s *Server) AdminAccess() echo.MiddlewareFunc { return s.admin }
+
+// ReadAccess is the access check of /journal/*, for other route groups that show
+// journal data: the read or admin token, or localhost when neither is set.
+func (s *Server) ReadAccess() echo.MiddlewareFunc { return s.read }
 
 // Echo returns the underlying Echo instance.
 func (s *Server) Echo() *echo.Echo { return s.e }

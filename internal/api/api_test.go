@@ -132,11 +132,21 @@ func (h *harness) do(t *testing.T, method, path string, body any, headers ...str
 		rd = bytes.NewReader(j)
 	}
 	req := httptest.NewRequest(method, path, rd)
-	if rd != nil {
+	// A local client by default, as curl on the server's machine; "RemoteAddr" and
+	// "Host" pseudo-headers play another.
+	req.RemoteAddr, req.Host = "127.0.0.1:40000", "localhost:8090"
+	if rd != nil || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		switch headers[i] {
+		case "RemoteAddr":
+			req.RemoteAddr = headers[i+1]
+		case "Host":
+			req.Host = headers[i+1]
+		default:
+			req.Header.Set(headers[i], headers[i+1])
+		}
 	}
 	rec := httptest.NewRecorder()
 	h.srv.ServeHTTP(rec, req)

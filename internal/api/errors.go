@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/httpsec"
 )
 
 // Error is the body of every error response.
@@ -59,8 +59,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	var he *httpError
 	var ee *echo.HTTPError
+	var denied *httpsec.Denied
 	switch {
 	case errors.As(err, &he):
+	case errors.As(err, &denied):
+		he = &httpError{status: denied.Status, msg: denied.Msg, detail: denied.Detail}
 	case errors.As(err, &ee):
 		he = &httpError{status: ee.Code, msg: strings.ToLower(http.StatusText(ee.Code)), cause: ee.Internal}
 		if m, ok := ee.Message.(string); ok && m != "" {
@@ -128,25 +131,5 @@ func (s *Server) levelFor(route string, status int) slog.Level {
 		return slog.LevelDebug // probes and scrapes would drown everything else
 	default:
 		return slog.LevelInfo
-	}
-}
-
-// requireAdmin guards the admin routes when an admin token is configured. Both sides
-// are hashed before the constant-time compare so that the token's length leaks neither.
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	if s.cfg.AdminToken == "" {
-		return next
-	}
-	want := sha256.Sum256([]byte(s.cfg.AdminToken))
-	return func(c echo.Context) error {
-		h := c.Request().Header.Get(echo.HeaderAuthorization)
-		scheme, token, ok := strings.Cut(h, " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			s.log.Warn("admin request refused", "route", c.Path(), "remote", c.RealIP(), "request_id", requestID(c), "had_credentials", h != "")
-			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="inboxd-admin"`)
-			return &httpError{status: http.StatusUnauthorized, msg: "unauthorized", detail: "send the admin token as an Authorization: Bearer header"}
-		}
-		return next(c)
 	}
 }

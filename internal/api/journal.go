@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 )
@@ -159,7 +160,7 @@ func (s *Server) journalStats(c echo.Context) error {
 	}
 	for _, w := range wms {
 		out.FeedWatermarks = append(out.FeedWatermarks, watermarkJSON{
-			Sink: w.Sink, Resolved: w.Resolved, ResolvedAt: w.ResolvedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(),
+			Sink: feed.RedactSinkURI(w.Sink), Resolved: w.Resolved, ResolvedAt: w.ResolvedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(),
 			LagSeconds: w.Lag.Seconds(),
 		})
 	}

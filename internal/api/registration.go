@@ -8,16 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/mail"
-	"regexp"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd/internal/message"
+	demo "github.com/inboxd/inboxd/internal/registration"
 )
 
 // HeaderContentType is passed to the Publisher, which sets the frame's content type from it.
@@ -38,21 +35,16 @@ type registration struct {
 	AggregateID  string `json:"aggregateId,omitempty"`
 }
 
-const (
-	maxNameLen  = 200
-	maxEmailLen = 254
-)
-
-// The same rules as the registration handler, so the API never accepts what it would reject.
-var jurisdictionRE = regexp.MustCompile(`^[a-z0-9]{2,10}$`)
-
-// aggregateID keys a customer: one jurisdiction, one email address.
+// aggregateID keys a customer: one jurisdiction, one email address (both normalised).
 func aggregateID(jurisdiction, email string) string {
-	return strings.ToLower(jurisdiction) + ":" + strings.ToLower(email)
+	return jurisdiction + ":" + email
 }
 
-// validate normalises r in place (trims, lower-cases the jurisdiction, canonicalises
-// or assigns the id, computes the aggregate id) and returns one message per bad field.
+// validate normalises r in place (canonicalises or assigns the id, applies the
+// registration handler's own rules, computes the aggregate id) and returns one message
+// per bad field. The rules are registration.Check itself, and the payload is then run
+// through registration.Parse, what the handler calls: the API accepts exactly what the
+// handler will.
 func (r *registration) validate(newID func() string) map[string]string {
 	problems := map[string]string{}
 	if r.ID == "" {
@@ -63,46 +55,26 @@ func (r *registration) validate(newID func() string) map[string]string {
 		problems["id"] = "must be a UUID, or absent for the server to assign one"
 	}
 
-	r.Name = strings.TrimSpace(r.Name)
-	switch {
-	case r.Name == "":
-		problems["name"] = "is required"
-	case utf8.RuneCountInString(r.Name) > maxNameLen:
-		problems["name"] = fmt.Sprintf("must be at most %d characters", maxNameLen)
-	case strings.IndexFunc(r.Name, unicode.IsControl) >= 0:
-		problems["name"] = "must not contain control characters"
-	}
-
-	r.Email = strings.TrimSpace(r.Email)
-	switch {
-	case r.Email == "":
-		problems["email"] = "is required"
-	case len(r.Email) > maxEmailLen:
-		problems["email"] = fmt.Sprintf("must be at most %d bytes", maxEmailLen)
-	default:
-		// A bare address only: "Name <a@b>" parses too, but is not an email field.
-		addr, err := mail.ParseAddress(r.Email)
-		at := strings.LastIndexByte(r.Email, '@')
-		domain := r.Email[at+1:]
-		if err != nil || addr.Address != r.Email || addr.Name != "" || at <= 0 ||
-			!strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") {
-			problems["email"] = "must be an email address such as jane@example.com"
-		}
-	}
-
-	r.Jurisdiction = strings.ToLower(strings.TrimSpace(r.Jurisdiction))
-	switch {
-	case r.Jurisdiction == "":
-		problems["jurisdiction"] = "is required"
-	case !jurisdictionRE.MatchString(r.Jurisdiction):
-		problems["jurisdiction"] = "must be 2 to 10 letters or digits, e.g. mga"
-	}
-
+	reg := demo.Registration{Name: r.Name, Email: r.Email, Jurisdiction: r.Jurisdiction}
 	r.CreatedAt = strings.TrimSpace(r.CreatedAt)
-	if r.CreatedAt == "" {
-		problems["createdAt"] = "is required"
-	} else if _, err := time.Parse(time.RFC3339Nano, r.CreatedAt); err != nil {
-		problems["createdAt"] = "must be an RFC 3339 timestamp, e.g. 2025-01-31T12:00:00Z"
+	badTime := false
+	if r.CreatedAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, r.CreatedAt)
+		if err != nil {
+			problems["createdAt"] = "must be an RFC 3339 timestamp, e.g. 2025-01-31T12:00:00Z"
+			badTime = true
+		}
+		reg.CreatedAt = t
+	}
+	for field, msg := range reg.Check() {
+		if field == "createdAt" && badTime {
+			continue
+		}
+		problems[field] = msg
+	}
+	r.Name, r.Email, r.Jurisdiction = reg.Name, reg.Email, reg.Jurisdiction
+	if !badTime && !reg.CreatedAt.IsZero() {
+		r.CreatedAt = reg.CreatedAt.Format(time.RFC3339Nano) // the form the handler reads back
 	}
 
 	if problems["email"] == "" && problems["jurisdiction"] == "" {
@@ -111,6 +83,13 @@ func (r *registration) validate(newID func() string) map[string]string {
 			problems["aggregateId"] = fmt.Sprintf("is computed by the server (%s); omit it", agg)
 		}
 		r.AggregateID = agg
+	}
+	if len(problems) == 0 {
+		// Belt and braces: the exact function the handler runs.
+		payload, _ := json.Marshal(r)
+		if _, err := demo.Parse(payload); err != nil {
+			problems["registration"] = err.Error()
+		}
 	}
 	return problems
 }

@@ -7,7 +7,13 @@
 // created with its base64 PEM (ca_cert=…) keeps trusting re-issued server certificates.
 //
 // Files in Dir: ca.pem, ca-key.pem (0600), server.pem, server-key.pem (0600), and ca.b64,
-// the one-line base64 of ca.pem that CockroachDB's ca_cert sink parameter takes.
+// the one-line base64 of ca.pem that CockroachDB's ca_cert sink parameter takes; beside
+// them, generated secrets such as webhook-token (0600, see Secret).
+//
+// Permissions: Dir itself is tightened to 0700 when it is more open (Bundle.Tightened
+// says so). A private key or secret that group or others may read is refused, not
+// tightened or reused: it may already have been copied, so the operator decides
+// (chmod 600 to keep it, or delete it to have a new one generated), as ssh does.
 package certs
 
 import (
@@ -19,6 +25,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -70,7 +77,13 @@ type Bundle struct {
 	CABase64 string
 	// Generated reports which files this call (re)wrote: "ca", "server".
 	Generated []string
+	// Tightened reports the paths whose permissions this call narrowed (Dir to 0700).
+	Tightened []string
 }
+
+// ErrLoosePermissions is wrapped by the error for a key or secret file that group or
+// others can read.
+var ErrLoosePermissions = errors.New("readable by group or others")
 
 // DefaultHosts are localhost, 127.0.0.1, ::1 and the machine's host name (in Docker,
 // the service's "hostname:").
@@ -131,11 +144,20 @@ func loadGiven(cfg Config) (*Bundle, error) {
 }
 
 func loadOrGenerate(cfg Config) (*Bundle, error) {
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating certificate directory: %w", err)
+	b := &Bundle{}
+	tightened, err := privateDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if tightened {
+		b.Tightened = append(b.Tightened, cfg.Dir)
+	}
+	for _, name := range []string{CAKeyFile, ServerKeyFile} {
+		if err := checkPrivate(filepath.Join(cfg.Dir, name)); err != nil {
+			return nil, err
+		}
 	}
 	now := cfg.Now()
-	b := &Bundle{}
 
 	ca, caKey, caPEM, err := readPair(cfg.Dir, CAFile, CAKeyFile)
 	if err != nil || !fresh(ca, now, cfg.RenewBefore) || !ca.IsCA {
@@ -176,8 +198,115 @@ func loadOrGenerate(cfg Config) (*Bundle, error) {
 	return b, nil
 }
 
+// serverConfig allows TLS 1.3, and TLS 1.2 with forward-secret AEAD suites only (no
+// CBC, no SHA-1 MACs, no static RSA key exchange). TLS 1.3 is not the floor: the sink's
+// client (CockroachDB, pkg/ccl/changefeedccl/sink_webhook_v2.go, makeWebhookClient)
+// sets no MinVersion/MaxVersion in its tls.Config, so Go's defaults (1.2 to 1.3) apply
+// and it negotiates 1.3 with us; the 1.2 floor is kept for builds whose TLS stack is
+// limited to 1.2 (FIPS-mode Go before 1.24) and for operators' health checkers.
 func serverConfig(pair tls.Certificate) *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: AEADCipherSuites,
+		Certificates: []tls.Certificate{pair},
+	}
+}
+
+// AEADCipherSuites are the TLS 1.2 suites served (TLS 1.3 suites are all AEAD and not
+// configurable in Go). RSA ones serve operator-supplied RSA certificates.
+var AEADCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// privateDir creates dir (0700), or narrows an existing one to 0700, reporting whether
+// it had to: a directory others can write lets them swap the CA the feed trusts.
+func privateDir(dir string) (tightened bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("creating certificate directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false, fmt.Errorf("checking certificate directory: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return false, nil
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return false, fmt.Errorf("narrowing certificate directory %s (mode %04o) to 0700: %w", dir, fi.Mode().Perm(), err)
+	}
+	return true, nil
+}
+
+// checkPrivate refuses an existing file that group or others can read or write.
+func checkPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", path, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s has mode %04o, %w: it may have been copied; chmod 600 it to keep using it, or delete it to have a new one generated",
+			path, perm, ErrLoosePermissions)
+	}
+	return nil
+}
+
+// WebhookTokenFile is the generated webhook token in the certificate directory.
+const WebhookTokenFile = "webhook-token"
+
+// Secret returns the secret kept in dir/name (0600), generating it (32 random bytes,
+// hex) when the file is missing, with created true. A secret that group or others can
+// read is refused, like a key.
+func Secret(dir, name string) (value string, created bool, err error) {
+	if _, err := privateDir(dir); err != nil {
+		return "", false, err
+	}
+	path := filepath.Join(dir, name)
+	if err := checkPrivate(path); err != nil {
+		return "", false, err
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if v := strings.TrimSpace(string(b)); v != "" {
+			return v, false, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", false, fmt.Errorf("generating %s: %w", name, err)
+	}
+	v := hex.EncodeToString(raw)
+	// Link, not rename: when serve and changefeed create start together, the first
+	// secret written wins and the other process reads it instead of replacing it.
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return "", false, fmt.Errorf("writing %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err = tmp.Chmod(0o600); err == nil {
+		_, err = tmp.WriteString(v + "\n")
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		return Secret(dir, name)
+	} else if err != nil {
+		return "", false, fmt.Errorf("writing %s: %w", name, err)
+	}
+	return v, true, nil
 }
 
 // fresh reports whether c is valid now and for at least renewBefore more.

@@ -91,9 +91,12 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		opts.Cursor = cursor
 		opts.Resolved, opts.MinCheckpointFrequency = resolved, resolved
 		opts.ClientTimeout = timeout
-		if cfg.WebhookToken != "" {
-			opts.AuthHeader = "Bearer " + cfg.WebhookToken
+		// The token serve demands: INBOXD_WEBHOOK_TOKEN, else the one generated in INBOXD_CERT_DIR.
+		token, _, err := cfg.WebhookAuthToken()
+		if err != nil {
+			return err
 		}
+		opts.AuthHeader = "Bearer " + token
 		if insecure {
 			opts.InsecureSkipVerify = true
 		} else if opts.CACertBase64, err = readCA(cfg); err != nil {

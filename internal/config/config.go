@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/certs"
 )
 
 // Config is every setting of inboxd.
@@ -49,6 +50,7 @@ type Config struct {
 
 	HTTPAddr   string
 	AdminToken string
+	ReadToken  string
 
 	WebhookAddr  string
 	WebhookToken string
@@ -152,10 +154,11 @@ func settings(c *Config) []setting {
 		{"subscription-name", "INBOXD_SUBSCRIPTION_NAME", "durable topic subscriptions: activemq.subscriptionName. Keep it stable", "inboxd", str(&c.SubscriptionName)},
 		{"non-durable-topics", "INBOXD_NON_DURABLE_TOPICS", "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected", "false", boolean(&c.NonDurableTopics)},
 		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", ":8090", str(&c.HTTPAddr)},
-		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints (empty: no auth)", "", str(&c.AdminToken)},
+		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)", "", str(&c.AdminToken)},
 		{"admin-token-file", "INBOXD_ADMIN_TOKEN_FILE", "file holding the admin token (not world-readable)", "", str(&c.AdminTokenFile)},
+		{"read-token", "INBOXD_READ_TOKEN", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)", "", str(&c.ReadToken)},
 		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", ":8443", str(&c.WebhookAddr)},
-		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header)", "", str(&c.WebhookToken)},
+		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses", "", str(&c.WebhookToken)},
 		{"webhook-token-file", "INBOXD_WEBHOOK_TOKEN_FILE", "file holding the webhook token (not world-readable)", "", str(&c.WebhookTokenFile)},
 		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", "webhook-https://localhost:8443/changefeed", str(&c.WebhookURL)},
 		{"cert-dir", "INBOXD_CERT_DIR", "directory for the generated webhook CA and certificate", "var/certs", str(&c.CertDir)},
@@ -304,6 +307,20 @@ func parseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// WebhookAuthToken is the token the webhook demands and the changefeed sends:
+// INBOXD_WEBHOOK_TOKEN, else the secret kept in the certificate directory, generated on
+// first use (created reports that). The webhook is never open.
+func (c *Config) WebhookAuthToken() (token string, created bool, err error) {
+	if c.WebhookToken != "" {
+		return c.WebhookToken, false, nil
+	}
+	token, created, err = certs.Secret(c.CertDir, certs.WebhookTokenFile)
+	if err != nil {
+		return "", false, fmt.Errorf("INBOXD_WEBHOOK_TOKEN is empty and the generated token in INBOXD_CERT_DIR is unusable (set the variable, or fix the file): %w", err)
+	}
+	return token, created, nil
 }
 
 // Logger builds the logger the settings ask for.

@@ -16,6 +16,7 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
@@ -31,6 +32,8 @@ type Subscriber struct {
 	// batchSeq numbers batches for the logs, so that one batch's lines can be found.
 	batchSeq atomic.Uint64
 	dests    map[string]*destState
+	// warn rate-limits the quarantine warning: one line per destination per minute.
+	warn *logx.Limiter
 }
 
 // destState is what the subscriber knows of one destination, for the byte bound and
@@ -159,7 +162,8 @@ func New(cfg Config, db journal.DB) (*Subscriber, error) {
 		return nil, err
 	}
 	ack, _ := cfg.AckMode.stomp()
-	s := &Subscriber{cfg: cfg, db: db, ack: ack, dests: make(map[string]*destState, len(cfg.Destinations))}
+	s := &Subscriber{cfg: cfg, db: db, ack: ack, dests: make(map[string]*destState, len(cfg.Destinations)),
+		warn: logx.NewLimiter(time.Minute)}
 	now := time.Now().UnixNano()
 	for _, d := range cfg.Destinations {
 		st := &destState{}
@@ -706,15 +710,24 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 	log = log.With("batch_id", b.id)
 	log.Debug("batch committed", "messages", len(b.msgs), "inserted", res.Inserted, "duplicates", res.Duplicates,
 		"conflicts", res.Conflicts, "quarantined", res.Quarantined, "commit_ms", time.Since(start).Milliseconds())
-	for _, bad := range b.jb.Bad {
-		log.Warn("message quarantined", "message_id", bad.MessageID, "reason", string(bad.Reason), "detail", bad.Detail, "bytes", len(bad.Body))
-	}
-	if res.Conflicts > 0 {
-		log.Warn("ids journaled before with a different payload; quarantined as id_conflict", "conflicts", res.Conflicts)
-	}
-	if res.Refused > 0 {
-		log.Warn("the database refused messages of the batch; quarantined them as db_refused (see the quarantine's detail)",
-			"refused", res.Refused, "messages", len(b.msgs))
+	// One line per batch with counts, not one per message (a flood of bad messages
+	// must not become a flood of log lines), and at most one a minute per destination.
+	// Reasons, ids and bodies are in the quarantine table.
+	if n := len(b.jb.Bad) + res.Conflicts + res.Refused; n > 0 {
+		if ok, dropped := s.warn.Allow(dest); ok {
+			byReason := make(map[string]int, len(b.quarantined)+2)
+			for reason, k := range b.quarantined {
+				byReason[string(reason)] += k
+			}
+			if res.Conflicts > 0 {
+				byReason[string(message.ReasonIDConflict)] += res.Conflicts
+			}
+			if res.Refused > 0 {
+				byReason[string(message.ReasonDBRefused)] += res.Refused
+			}
+			log.Warn("messages quarantined", "messages", len(b.msgs), "quarantined", n, "by_reason", byReason,
+				"batches_not_logged", dropped)
+		}
 	}
 	if h := s.hooks.afterIngest; h != nil {
 		h(ctx, dest, res)

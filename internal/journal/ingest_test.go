@@ -106,7 +106,7 @@ func TestIngestIsolatesPayloadTheDatabaseRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ingest: %v", err)
 	}
-	if res.Inserted != 1 || res.Quarantined != 1 {
+	if res.Inserted != 1 || res.Quarantined != 1 || res.Refused != 1 {
 		t.Errorf("result = %+v, want 1 inserted and 1 quarantined", res)
 	}
 }

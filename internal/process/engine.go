@@ -325,10 +325,7 @@ func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outco
 			return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(ev.Attempt))
 		}
 	})
-	typ := ev.Type
-	if typ == "" {
-		typ = "unknown"
-	}
+	typ := e.reg.MetricLabel(ev.Type) // bounded: logs and metrics never carry a payload's made-up type
 	if err != nil {
 		return "", "", fmt.Errorf("processing event %s: %w", id, err)
 	}
@@ -340,7 +337,9 @@ func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outco
 	case OutcomeDead:
 		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
 	case OutcomeRejected:
-		e.log.Info("event rejected", "id", id, "type", typ, "reason", lastErr)
+		// The reason can quote the payload (personal data): not at INFO.
+		e.log.Info("event rejected", "id", id, "type", typ)
+		e.log.Debug("event rejected", "id", id, "type", typ, "reason", lastErr)
 	}
 	return out, ev.AggregateID, nil
 }

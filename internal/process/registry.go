@@ -101,6 +101,21 @@ func (r *Registry) Lookup(eventType string) (Handler, bool) {
 	return h, ok
 }
 
+// OtherType is the metric label of every event type nobody registered.
+const OtherType = "other"
+
+// MetricLabel is the label an event type gets in metrics: itself when registered, else
+// OtherType. Event types come from payloads and headers, so without this a publisher
+// could create a time series per message.
+func (r *Registry) MetricLabel(eventType string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if _, ok := r.handlers[eventType]; ok {
+		return eventType
+	}
+	return OtherType
+}
+
 // Types returns the registered event types, sorted.
 func (r *Registry) Types() []string {
 	r.mu.RLock()

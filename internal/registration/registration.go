@@ -7,10 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/mail"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,12 +27,6 @@ type Registration struct {
 	CreatedAt    time.Time `json:"createdAt"`
 }
 
-// Limits on field sizes; the customers table has none, the business does.
-const (
-	MaxNameLen  = 200
-	MaxEmailLen = 254 // RFC 5321 path limit
-)
-
 // ErrInvalid is wrapped by every validation error.
 var ErrInvalid = errors.New("invalid registration")
 
@@ -43,8 +34,8 @@ var ErrInvalid = errors.New("invalid registration")
 // by another event.
 var ErrEmailTaken = errors.New("email already registered in jurisdiction")
 
-// Parse decodes and validates a payload, and normalizes it: jurisdiction and email
-// lower-cased, name and email trimmed. The error wraps ErrInvalid.
+// Parse decodes and validates a payload, and normalizes it (see Check). The error
+// wraps ErrInvalid.
 func Parse(payload []byte) (Registration, error) {
 	var r Registration
 	if err := json.Unmarshal(payload, &r); err != nil {
@@ -56,42 +47,9 @@ func Parse(payload []byte) (Registration, error) {
 	return r, nil
 }
 
-// Normalize validates r and puts it in canonical form. The error wraps ErrInvalid.
-func (r *Registration) Normalize() error {
-	r.Name = strings.TrimSpace(r.Name)
-	r.Email = strings.ToLower(strings.TrimSpace(r.Email))
-	r.Jurisdiction = strings.ToLower(strings.TrimSpace(r.Jurisdiction))
-	switch {
-	case r.Name == "":
-		return fmt.Errorf("%w: name is required", ErrInvalid)
-	case utf8.RuneCountInString(r.Name) > MaxNameLen:
-		return fmt.Errorf("%w: name is longer than %d characters", ErrInvalid, MaxNameLen)
-	case !utf8.ValidString(r.Name):
-		return fmt.Errorf("%w: name is not valid UTF-8", ErrInvalid)
-	case !plausibleEmail(r.Email):
-		return fmt.Errorf("%w: email %q is not a plausible address", ErrInvalid, truncate(r.Email, 64))
-	case !validJurisdiction(r.Jurisdiction):
-		return fmt.Errorf("%w: jurisdiction %q must be a short code of letters and digits (e.g. mga, ukgc)", ErrInvalid, truncate(r.Jurisdiction, 32))
-	case r.CreatedAt.IsZero():
-		return fmt.Errorf("%w: createdAt is required (RFC 3339)", ErrInvalid)
-	}
-	return nil
-}
-
-// plausibleEmail accepts a bare addr-spec with a dotted domain: no display name, no
-// comments, nothing net/mail would rewrite.
-func plausibleEmail(s string) bool {
-	if s == "" || len(s) > MaxEmailLen {
-		return false
-	}
-	a, err := mail.ParseAddress(s)
-	if err != nil || a.Address != s || a.Name != "" {
-		return false
-	}
-	at := strings.LastIndexByte(s, '@')
-	domain := s[at+1:]
-	return at > 0 && strings.Contains(domain, ".") && !strings.HasPrefix(domain, ".") && !strings.HasSuffix(domain, ".")
-}
+// Normalize validates r and puts it in canonical form (see Check). The error wraps
+// ErrInvalid and names every bad field, never its value.
+func (r *Registration) Normalize() error { return r.Check().Err() }
 
 func validJurisdiction(s string) bool {
 	if len(s) < 2 || len(s) > 10 {
@@ -103,13 +61,6 @@ func validJurisdiction(s string) bool {
 		}
 	}
 	return true
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Handler creates the customer of a registration event. Invalid input and an email
@@ -140,7 +91,8 @@ func Insert(ctx context.Context, tx pgx.Tx, r Registration) error {
 		ON CONFLICT (id) DO NOTHING`, r.ID, r.Jurisdiction, r.Email, r.Name, r.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return process.Reject(fmt.Errorf("%w: %s in %s", ErrEmailTaken, r.Email, r.Jurisdiction))
+		// No address in the message: it goes to last_error and to logs.
+		return process.Reject(fmt.Errorf("%w %s", ErrEmailTaken, r.Jurisdiction))
 	}
 	if err != nil {
 		return fmt.Errorf("inserting customer %s: %w", r.ID, err)

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
@@ -127,7 +129,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.With("component", "health"))
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
-		AdminToken: cfg.AdminToken, Logger: s.log.With("component", "api"), Metrics: s.m,
+		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
 			{Name: "ingest", Check: func(ctx context.Context) error {
@@ -253,15 +255,22 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading webhook TLS certificate: %w", err)
 	}
+	for _, p := range bundle.Tightened {
+		s.log.Warn("narrowed the permissions of the certificate directory to 0700", "path", p)
+	}
 	if len(bundle.Generated) > 0 {
 		s.log.Info("generated webhook TLS material", "dir", cfg.CertDir, "files", bundle.Generated,
 			"ca_cert_file", cfg.CertDir+"/"+certs.CABase64File)
 	}
-	auth := ""
-	if cfg.WebhookToken != "" {
-		auth = "Bearer " + cfg.WebhookToken
+	token, created, err := cfg.WebhookAuthToken()
+	if err != nil {
+		return nil, err
 	}
-	h := webhook.New(webhook.Config{AuthHeader: auth, Sink: cfg.WebhookURL}, engine, s.pool, s.m, s.log.With("component", "webhook"))
+	if created {
+		s.log.Info("generated the webhook token; inboxd changefeed create sends it",
+			"file", filepath.Join(cfg.CertDir, certs.WebhookTokenFile))
+	}
+	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL}, engine, s.pool, s.m, s.log.With("component", "webhook"))
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)
@@ -269,7 +278,8 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening for the webhook on %s: %w", cfg.WebhookAddr, err)
 	}
-	srv := &http.Server{Handler: e, TLSConfig: bundle.TLSConfig, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: e, TLSConfig: bundle.TLSConfig}
+	httpsec.DefaultLimits.Apply(srv)
 	return &webhookServer{srv: srv, ln: tls.NewListener(ln, bundle.TLSConfig), log: s.log}, nil
 }
 
