@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 // Config is every setting of inboxd.
