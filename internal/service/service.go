@@ -29,6 +29,7 @@ import (
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/schema"
 	"github.com/inboxd/inboxd/webhook"
@@ -41,6 +42,7 @@ const WebhookPath = "/changefeed"
 type Service struct {
 	cfg  *config.Config
 	log  *slog.Logger
+	crdb bool
 	reg  *process.Registry
 	pool *pgxpool.Pool
 	m    *metrics.Metrics
@@ -69,12 +71,13 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
-	if cfg.SweepGrace == 0 && isCockroach(ctx, pool) {
+	crdb := isCockroach(ctx, pool)
+	if cfg.SweepGrace == 0 && crdb {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New()}, nil
+	return &Service{cfg: cfg, log: log, crdb: crdb, reg: reg, pool: pool, m: metrics.New()}, nil
 }
 
 // Run serves until ctx is cancelled or a part fails, then shuts down in order.
@@ -127,7 +130,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopWork()
 	defer stopAPI()
 
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	var intake, work, serving sync.WaitGroup
 	start := func(wg *sync.WaitGroup, name string, run func() error) {
 		wg.Add(1)
@@ -144,6 +147,11 @@ func (s *Service) Run(ctx context.Context) error {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}
 	start(&serving, "api", func() error { return apiSrv.Run(apiCtx) })
+	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
+	if pruner := retention.New(s.pool, retention.Config{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention},
+		s.log.With("component", "retention")); !s.crdb && pruner.Enabled() {
+		start(&work, "retention", func() error { return pruner.Run(workCtx) })
+	}
 	s.log.Info("inboxd running", "destinations", cfg.Destinations, "api", cfg.HTTPAddr, "webhook", cfg.WebhookAddr)
 
 	var runErr error
@@ -198,7 +206,7 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 	if cfg.WebhookToken != "" {
 		auth = "Bearer " + cfg.WebhookToken
 	}
-	h := webhook.New(webhook.Config{AuthHeader: auth, Sink: cfg.WebhookURL}, engine, s.pool, s.m, s.log.With("component", "webhook"))
+	h := webhook.New(webhook.Config{AuthHeader: auth, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes)}, engine, s.pool, s.m, s.log.With("component", "webhook"))
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)

@@ -33,12 +33,13 @@ var extraColumns = map[string]*types.T{
 }
 
 // funcReturns are the return types of the functions inboxd calls; "" means the type of
-// the first argument (max, min).
+// the first argument (max, min). unnest appears in FROM only, where the type of its
+// result does not matter; its arguments are what gets checked.
 var funcReturns = map[string]*types.T{
 	"now": types.TimestampTZ, "clock_timestamp": types.TimestampTZ, "nextval": types.Int, "count": types.Int,
 	"octet_length": types.Int, "length": types.Int, "convert_to": types.Bytes, "row_to_json": types.Jsonb,
 	"version": types.String, "max": nil, "min": nil, "timezone": types.Timestamp, "setval": types.Int,
-	"jsonb_build_object": types.Jsonb, "array_length": types.Int, "generate_series": types.Int,
+	"jsonb_build_object": types.Jsonb, "unnest": types.AnyTuple, "array_length": types.Int, "generate_series": types.Int,
 }
 
 func newChecker(migrations []string) (*checker, error) {
