@@ -55,8 +55,8 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := feed.DefaultOptions(cfg.WebhookURL, "", "")
-	if action == "create" {
+	createOpts := func() (feed.Options, error) {
+		opts := feed.DefaultOptions(cfg.WebhookURL, "", "")
 		opts.Mode = feed.Mode(mode)
 		opts.Cursor = cursor
 		opts.Resolved, opts.MinCheckpointFrequency = resolved, resolved
@@ -67,12 +67,17 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		if insecure {
 			opts.InsecureSkipVerify = true
 		} else if opts.CACertBase64, err = readCA(cfg); err != nil {
-			return err
+			return opts, err
 		}
+		return opts, nil
 	}
 	if dryRun {
 		if action != "create" {
 			return fmt.Errorf("-dry-run applies to create only")
+		}
+		opts, err := createOpts()
+		if err != nil {
+			return err
 		}
 		stmts, err := createStatements(opts, enableFeed)
 		if err != nil {
@@ -117,6 +122,10 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 			if err := m.EnableRangefeeds(ctx); err != nil {
 				return err
 			}
+		}
+		opts, err := createOpts()
+		if err != nil {
+			return err
 		}
 		id, err := m.Create(ctx, opts)
 		if errors.Is(err, feed.ErrFeedExists) {
