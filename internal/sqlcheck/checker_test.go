@@ -39,7 +39,7 @@ var funcReturns = map[string]*types.T{
 	"now": types.TimestampTZ, "clock_timestamp": types.TimestampTZ, "nextval": types.Int, "count": types.Int,
 	"octet_length": types.Int, "length": types.Int, "convert_to": types.Bytes, "row_to_json": types.Jsonb,
 	"version": types.String, "max": nil, "min": nil, "timezone": types.Timestamp, "setval": types.Int,
-	"jsonb_build_object": types.Jsonb, "unnest": types.AnyTuple, "array_length": types.Int, "generate_series": types.Int,
+	"jsonb_build_object": types.Jsonb, "unnest": types.AnyTuple, "gen_random_uuid": types.Uuid, "array_length": types.Int, "generate_series": types.Int,
 }
 
 func newChecker(migrations []string) (*checker, error) {
