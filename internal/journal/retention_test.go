@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/schema"
 )
 
 // Findings 3 and 4 of issue 9: a batch draws one sequence value and numbers its rows by
@@ -150,4 +151,19 @@ func TestPruneUsesIndex(t *testing.T) {
 	if !strings.Contains(strings.Join(plan, "\n"), "journal_terminal") {
 		t.Errorf("plan does not use journal_terminal:\n%s", strings.Join(plan, "\n"))
 	}
+}
+
+// The migration's increment and SequenceBlock must agree, or batches would overlap.
+func TestSequenceBlockMatchesMigration(t *testing.T) {
+	migs, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ALTER SEQUENCE journal_sequence_no INCREMENT BY %d;", journal.SequenceBlock)
+	for _, m := range migs {
+		if strings.Contains(m.SQL, want) {
+			return
+		}
+	}
+	t.Errorf("no migration says %q", want)
 }

@@ -22,10 +22,10 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/Requeue":        builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
 	"internal/feed/Create":            feedCreates,
-	"internal/feed/Pause":             feedJobControl,
-	"internal/feed/Resume":            feedJobControl,
-	"internal/feed/Cancel":            feedJobControl,
-	"internal/feed/EnableTTL":         feedTTL,
+	"internal/feed/Pause":             one("PauseJobSQL", feed.PauseJobSQL(1234)),
+	"internal/feed/Resume":            one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
+	"internal/feed/Cancel":            one("CancelJobSQL", feed.CancelJobSQL(1234)),
+	"internal/feed/EnableTTL":         feedBuildTTL,
 	"internal/feed/ApplyRetention":    feedTTL,
 	"schema/Migrate":                  nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
@@ -72,12 +72,8 @@ func feedCreates() []journal.Statement {
 	return out
 }
 
-func feedJobControl() []journal.Statement {
-	return []journal.Statement{
-		{Name: "PauseJobSQL", SQL: feed.PauseJobSQL(1234)},
-		{Name: "ResumeJobSQL", SQL: feed.ResumeJobSQL(1234)},
-		{Name: "CancelJobSQL", SQL: feed.CancelJobSQL(1234)},
-	}
+func one(name, sql string) func() []journal.Statement {
+	return func() []journal.Statement { return []journal.Statement{{Name: name, SQL: sql}} }
 }
 
 func feedTTL() []journal.Statement {
@@ -91,12 +87,15 @@ func feedTTL() []journal.Statement {
 			out = append(out, journal.Statement{Name: "RetentionStatements", SQL: st})
 		}
 	}
+	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"})
+}
+
+func feedBuildTTL() []journal.Statement {
 	s, err := feed.BuildTTL(feed.TTLOptions{Retention: 36 * time.Hour, Cron: "0 3 * * *"})
 	if err != nil {
 		panic(err)
 	}
-	return append(out, journal.Statement{Name: "BuildTTL", SQL: s},
-		journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"})
+	return []journal.Statement{{Name: "BuildTTL", SQL: s}}
 }
 
 func moduleRoot(t *testing.T) string {
