@@ -149,6 +149,10 @@ func Register(fs *flag.FlagSet) *Config {
 	return c
 }
 
+// MaxBatchSize is journal.SequenceBlock: one ingest batch numbers its rows inside one
+// block of the journal sequence (TestMaxBatchSizeIsSequenceBlock keeps them equal).
+const MaxBatchSize = 65536
+
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
 	var problems []string
@@ -159,8 +163,8 @@ func (c *Config) Validate() error {
 	if len(c.Destinations) == 0 {
 		problems = append(problems, "destination is empty")
 	}
-	if c.BatchSize < 1 {
-		problems = append(problems, "batch-size must be at least 1")
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		problems = append(problems, fmt.Sprintf("batch-size must be between 1 and %d", MaxBatchSize))
 	}
 	if c.CommitsInFlight < 1 {
 		problems = append(problems, "commits-in-flight must be at least 1")

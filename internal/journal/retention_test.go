@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/schema"
@@ -166,4 +167,10 @@ func TestSequenceBlockMatchesMigration(t *testing.T) {
 		}
 	}
 	t.Errorf("no migration says %q", want)
+}
+
+func TestMaxBatchSizeIsSequenceBlock(t *testing.T) {
+	if config.MaxBatchSize != journal.SequenceBlock {
+		t.Errorf("config.MaxBatchSize = %d, journal.SequenceBlock = %d", config.MaxBatchSize, journal.SequenceBlock)
+	}
 }
