@@ -315,3 +315,33 @@ func TestNoKnownSecrets(t *testing.T) {
 		t.Error("inboxd-feed does not mount inboxd's certificate volume, where the webhook token is generated")
 	}
 }
+
+// TestFitsLicenseThrottle: an unlicensed multi-node cluster is throttled to 5 concurrent
+// transactions 7 days after init (https://www.cockroachlabs.com/docs/stable/licensing-faqs).
+// inboxd's transactions at once: processing workers, ingest batches in flight, the
+// sweeper's claim, and one for the API and retention.
+func TestFitsLicenseThrottle(t *testing.T) {
+	c := load(t)
+	s := c.Services["inboxd"]
+	num := func(key string) int {
+		v := s.Environment[key]
+		// ${VAR:-default}: the default is what runs unless the user overrides it.
+		if i := strings.Index(v, ":-"); i >= 0 && strings.HasSuffix(v, "}") {
+			v = v[i+2 : len(v)-1]
+		}
+		var n int
+		for _, r := range v {
+			if r < '0' || r > '9' {
+				t.Fatalf("%s = %q: want a number", key, s.Environment[key])
+			}
+			n = n*10 + int(r-'0')
+		}
+		if v == "" {
+			t.Fatalf("%s is not set: the default (8 workers) does not fit 5 transactions", key)
+		}
+		return n
+	}
+	if total := num("INBOXD_CONCURRENCY") + num("INBOXD_COMMITS_IN_FLIGHT") + 2; total > 5 {
+		t.Errorf("inboxd may run %d transactions at once; a throttled cluster allows 5", total)
+	}
+}

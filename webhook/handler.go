@@ -13,8 +13,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -25,9 +27,16 @@ type Processor interface {
 	ProcessBatch(ctx context.Context, items []process.Item) ([]process.Outcome, error)
 }
 
-// DefaultMaxBodyBytes bounds a request body. The sink's batches are bounded by
-// webhook_sink_config Flush.Messages/Bytes; journal payloads by message.DefaultMaxBodyBytes.
-const DefaultMaxBodyBytes = 16 << 20
+// DefaultMaxBodyBytes bounds a request body: derived from the Flush.Bytes that
+// "inboxd changefeed create" sets and from message.DefaultMaxBodyBytes (feed.WebhookBodyCap),
+// so that the sink never builds a batch this handler refuses. MaxBodyBytes(n) gives the
+// cap for another message size.
+var DefaultMaxBodyBytes = MaxBodyBytes(message.DefaultMaxBodyBytes)
+
+// MaxBodyBytes is the body cap for messages of at most maxMessageBytes.
+func MaxBodyBytes(maxMessageBytes int) int64 {
+	return feed.WebhookBodyCap(feed.DefaultOptions("", "", "").Flush, maxMessageBytes)
+}
 
 // Config configures the handler.
 type Config struct {

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/inboxd/inboxd/internal/retention"
+
 	"flag"
 	"fmt"
 	"io"
@@ -81,6 +83,8 @@ func (k Knobs) label(row string) string {
 		return fmt.Sprintf("auto-ack prefetch=%d", k.Prefetch)
 	case rowNaive:
 		return fmt.Sprintf("1 tx/msg client-individual prefetch=%d", k.Prefetch)
+	case rowIngestPrune:
+		return fmt.Sprintf("as ingest, pruning a backlog of N expired rows (%d per DELETE)", retention.DefaultBatch)
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowE2ESweeper:

@@ -39,7 +39,7 @@ type options struct {
 	SweepInFlight []int
 }
 
-var allRows = []string{rowBroker, rowNaive, rowIngest, rowE2ESweeper, rowE2EWebhook}
+var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2ESweeper, rowE2EWebhook}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -80,7 +80,8 @@ type Summary struct {
 	PeakRSSBytes    int64    `json:"peak_rss_bytes"` // the largest over the repetitions
 	VsBroker        float64  `json:"vs_broker"`      // median of the per-repetition ratios
 	VsNaive         float64  `json:"vs_naive"`
-	Latency         *Latency `json:"latency,omitempty"` // median of each percentile
+	VsIngest        float64  `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
+	Latency         *Latency `json:"latency,omitempty"`   // median of each percentile
 	IngestLatency   *Latency `json:"ingest_latency,omitempty"`
 	Check           string   `json:"check"`
 	OK              bool     `json:"ok"`
@@ -123,7 +124,7 @@ func summarizeAll(ms []Measurement) []Summary {
 	for _, k := range order {
 		g := groups[k]
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
-		var rate, cpu, host, amq, pg, vsB, vsN []float64
+		var rate, cpu, host, amq, pg, vsB, vsN, vsI []float64
 		var lats, ingLats []Latency
 		for _, m := range g {
 			rate = append(rate, m.MsgPerSec)
@@ -137,6 +138,9 @@ func summarizeAll(ms []Measurement) []Summary {
 			}
 			if b, ok := baseline(rowNaive, m.Rep, m.N); ok && b.MsgPerSec > 0 {
 				vsN = append(vsN, m.MsgPerSec/b.MsgPerSec)
+			}
+			if b, ok := baseline(rowIngest, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row == rowIngestPrune {
+				vsI = append(vsI, m.MsgPerSec/b.MsgPerSec)
 			}
 			if m.Latency != nil {
 				lats = append(lats, *m.Latency)
@@ -157,6 +161,10 @@ func summarizeAll(ms []Measurement) []Summary {
 		s.MsgPerSec, s.CPUPer10k, s.HostCPUPer10k = median(rate), median(cpu), median(host)
 		s.BrokerCPUPer10k, s.DBCPUPer10k = median(amq), median(pg)
 		s.VsBroker, s.VsNaive = median(vsB), median(vsN)
+		if len(vsI) > 0 {
+			s.VsIngest = median(vsI)
+			s.Check += fmt.Sprintf("; %.2f× ingest", s.VsIngest)
+		}
 		s.Latency, s.IngestLatency = medianLatency(lats), medianLatency(ingLats)
 		out = append(out, s)
 	}

@@ -21,11 +21,14 @@ import (
 )
 
 const (
-	rowBroker     = "broker"
-	rowNaive      = "naive"
-	rowIngest     = "ingest"
-	rowE2ESweeper = "e2e-sweeper"
-	rowE2EWebhook = "e2e-webhook"
+	rowBroker = "broker"
+	rowNaive  = "naive"
+	rowIngest = "ingest"
+	// rowIngestPrune is the ingest row with the PostgreSQL retention pruner deleting a
+	// backlog of expired entries the whole time (issue 9: pruning must not slow ingest).
+	rowIngestPrune = "ingest+prune"
+	rowE2ESweeper  = "e2e-sweeper"
+	rowE2EWebhook  = "e2e-webhook"
 )
 
 // rowArgs is what the parent tells a child.
@@ -112,7 +115,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		err error
 	)
 	switch a.Row {
-	case rowBroker, rowNaive, rowIngest:
+	case rowBroker, rowNaive, rowIngest, rowIngestPrune:
 		go func() {
 			select {
 			case <-stdinClosed:
@@ -129,6 +132,8 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			res, err = runNaive(ctx, a)
 		case rowIngest:
 			res, err = runIngest(ctx, a, log)
+		case rowIngestPrune:
+			res, err = runIngestPruning(ctx, a, log)
 		}
 	case rowE2ESweeper, rowE2EWebhook:
 		res, err = runE2E(ctx, a, log, ready, stdinClosed)

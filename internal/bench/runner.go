@@ -38,7 +38,7 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 		for _, n := range r.o.Ns {
 			// Generated per N and dropped after, to keep the parent small (see selfPeakRSS).
 			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
-			for _, row := range []string{rowBroker, rowNaive, rowIngest} {
+			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune} {
 				if !contains(r.o.Rows, row) {
 					continue
 				}

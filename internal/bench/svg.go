@@ -44,7 +44,7 @@ func writeSVG(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15" font-weight="bold">Throughput (msg/s, median of %v repetition(s))</text>`+"\n", rep.Settings["reps"])
-	colors := map[string]string{rowBroker: "#777777", rowNaive: "#d62728", rowIngest: "#1f77b4", rowE2ESweeper: "#2ca02c", rowE2EWebhook: "#9467bd"}
+	colors := map[string]string{rowBroker: "#777777", rowNaive: "#d62728", rowIngest: "#1f77b4", rowIngestPrune: "#17becf", rowE2ESweeper: "#2ca02c", rowE2EWebhook: "#9467bd"}
 	for i, s := range rep.Summaries {
 		y := top + i*rowH
 		v := s.MsgPerSec

@@ -37,6 +37,7 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		timeout    time.Duration
 		enableFeed bool
 		ifCRDB     bool
+		dryRun     bool
 	)
 	cfg, _, err := parseFlags(e, "changefeed", action+" [flags]", args[1:], func(fs *flag.FlagSet) {
 		fs.Int64Var(&jobID, "job", 0, "changefeed job id (default: the job whose sink is -webhook-url)")
@@ -46,10 +47,47 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		fs.DurationVar(&resolved, "resolved", 10*time.Second, "create: resolved timestamp interval (also min_checkpoint_frequency)")
 		fs.DurationVar(&timeout, "client-timeout", 10*time.Second, "create: webhook_client_timeout")
 		fs.BoolVar(&enableFeed, "enable-rangefeeds", true, "create: SET CLUSTER SETTING kv.rangefeed.enabled = true first")
+		fs.BoolVar(&dryRun, "dry-run", false, "create: print the statements it would run, secrets redacted, without connecting")
 		fs.BoolVar(&ifCRDB, "if-cockroachdb", false, "succeed without doing anything when the database is not CockroachDB (for scripts that run on both)")
 	})
 	if err != nil {
 		return err
+	}
+	createOpts := func() (feed.Options, error) {
+		opts := feed.DefaultOptions(cfg.WebhookURL, "", "")
+		opts.Mode = feed.Mode(mode)
+		opts.Cursor = cursor
+		opts.Resolved, opts.MinCheckpointFrequency = resolved, resolved
+		opts.ClientTimeout = timeout
+		// The token serve demands: INBOXD_WEBHOOK_TOKEN, else the one generated in INBOXD_CERT_DIR.
+		token, _, err := cfg.WebhookAuthToken()
+		if err != nil {
+			return opts, err
+		}
+		opts.AuthHeader = "Bearer " + token
+		if insecure {
+			opts.InsecureSkipVerify = true
+		} else if opts.CACertBase64, err = readCA(cfg); err != nil {
+			return opts, err
+		}
+		return opts, nil
+	}
+	if dryRun {
+		if action != "create" {
+			return fmt.Errorf("-dry-run applies to create only")
+		}
+		opts, err := createOpts()
+		if err != nil {
+			return err
+		}
+		stmts, err := createStatements(opts, enableFeed)
+		if err != nil {
+			return err
+		}
+		for _, s := range stmts {
+			fmt.Fprintln(e.stdout, feed.RedactStatement(s)+";")
+		}
+		return nil
 	}
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
@@ -86,20 +124,8 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		opts := feed.DefaultOptions(cfg.WebhookURL, "", "")
-		opts.Mode = feed.Mode(mode)
-		opts.Cursor = cursor
-		opts.Resolved, opts.MinCheckpointFrequency = resolved, resolved
-		opts.ClientTimeout = timeout
-		// The token serve demands: INBOXD_WEBHOOK_TOKEN, else the one generated in INBOXD_CERT_DIR.
-		token, _, err := cfg.WebhookAuthToken()
+		opts, err := createOpts()
 		if err != nil {
-			return err
-		}
-		opts.AuthHeader = "Bearer " + token
-		if insecure {
-			opts.InsecureSkipVerify = true
-		} else if opts.CACertBase64, err = readCA(cfg); err != nil {
 			return err
 		}
 		id, err := m.Create(ctx, opts)
@@ -143,6 +169,18 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "inboxd changefeed: unknown action %q (want create, status, pause, resume or cancel)\n", action)
 		return errUsage
 	}
+}
+
+// createStatements are the statements create runs, in order (the dry run prints them).
+func createStatements(o feed.Options, enableRangefeeds bool) ([]string, error) {
+	create, err := feed.BuildCreate(o)
+	if err != nil {
+		return nil, err
+	}
+	if enableRangefeeds {
+		return []string{feed.EnableRangefeedsSQL, create}, nil
+	}
+	return []string{create}, nil
 }
 
 // readCA returns the base64 CA for ca_cert=: from the generated cert dir (which the

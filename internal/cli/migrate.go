@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -34,5 +35,20 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	for _, name := range applied {
 		fmt.Fprintln(e.stdout, "applied", name)
 	}
-	return nil
+	// Retention: row-level TTL on CockroachDB; on PostgreSQL "inboxd serve" prunes.
+	m := feed.NewManager(pool, cfg.Logger(e.stderr))
+	crdb, err := m.IsCockroachDB(ctx)
+	if err != nil {
+		return err
+	}
+	if !crdb {
+		fmt.Fprintf(e.stdout, "retention: PostgreSQL, so inboxd serve deletes expired rows (journal %s, quarantine %s)\n",
+			cfg.Retention, cfg.QuarantineRetention)
+		return nil
+	}
+	ran, err := m.ApplyRetention(ctx, feed.Retention{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention})
+	for _, stmt := range ran {
+		fmt.Fprintln(e.stdout, "retention:", stmt)
+	}
+	return err
 }

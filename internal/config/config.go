@@ -74,6 +74,9 @@ type Config struct {
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
 
+	Retention           time.Duration // PROCESSED and REJECTED journal entries; 0 keeps them forever
+	QuarantineRetention time.Duration // quarantine rows; 0 keeps them forever
+
 	ShutdownTimeout time.Duration
 	StallAfter      time.Duration
 	LogFormat       string
@@ -177,6 +180,8 @@ func settings(c *Config) []setting {
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
+		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", "168h", dur(&c.Retention)},
+		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", "720h", dur(&c.QuarantineRetention)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
 		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", "60s", dur(&c.StallAfter)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
@@ -208,6 +213,10 @@ func Register(fs *flag.FlagSet) *Config {
 	return c
 }
 
+// MaxBatchSize is journal.SequenceBlock: one ingest batch numbers its rows inside one
+// block of the journal sequence (TestMaxBatchSizeIsSequenceBlock keeps them equal).
+const MaxBatchSize = 65536
+
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
 	var problems []string
@@ -237,8 +246,8 @@ func (c *Config) Validate() error {
 	if c.PublishDestination != "" && !strings.HasPrefix(c.PublishDestination, "/queue/") && !strings.HasPrefix(c.PublishDestination, "/topic/") {
 		problems = append(problems, fmt.Sprintf("publish-destination %q: want /queue/… or /topic/…", c.PublishDestination))
 	}
-	if c.BatchSize < 1 {
-		problems = append(problems, "batch-size must be at least 1")
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		problems = append(problems, fmt.Sprintf("batch-size must be between 1 and %d", MaxBatchSize))
 	}
 	if c.CommitsInFlight < 1 {
 		problems = append(problems, "commits-in-flight must be at least 1")
@@ -263,6 +272,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		problems = append(problems, "max-attempts must be at least 1")
+	}
+	for name, d := range map[string]time.Duration{"retention": c.Retention, "quarantine-retention": c.QuarantineRetention} {
+		// Row-level TTL on CockroachDB takes whole seconds.
+		if d != 0 && (d < time.Second || d%time.Second != 0) {
+			problems = append(problems, fmt.Sprintf("%s %s: want 0 or a whole number of seconds, at least 1s", name, d))
+		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

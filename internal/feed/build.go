@@ -105,8 +105,8 @@ type Options struct {
 }
 
 // DefaultOptions are the settings inboxd recommends: filtered mode, updated, resolved
-// every 10s with a matching checkpoint, 10s POST timeout, batches of up to 100 rows or
-// 200ms, and a sink that never gives up on a batch.
+// every 10s with a matching checkpoint, 10s POST timeout, batches of up to 100 rows,
+// 1 MiB (see WebhookBodyCap) or 200ms, and a sink that never gives up on a batch.
 func DefaultOptions(sinkURL, caBase64, authHeader string) Options {
 	return Options{
 		Mode:                   ModeFiltered,
@@ -115,7 +115,7 @@ func DefaultOptions(sinkURL, caBase64, authHeader string) Options {
 		CACertBase64:           caBase64,
 		AuthHeader:             authHeader,
 		ClientTimeout:          10 * time.Second,
-		Flush:                  Flush{Messages: 100, Frequency: 200 * time.Millisecond},
+		Flush:                  Flush{Messages: DefaultFlushMessages, Bytes: DefaultFlushBytes, Frequency: 200 * time.Millisecond},
 		Retry:                  Retry{Max: RetryForever, Backoff: 500 * time.Millisecond},
 		Updated:                true,
 		Resolved:               10 * time.Second,

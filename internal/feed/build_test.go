@@ -25,7 +25,7 @@ func TestBuildCreate(t *testing.T) {
 			want: "CREATE CHANGEFEED INTO 'webhook-https://inboxd:8443/changefeed?ca_cert=" + testCAQ + "' " +
 				"WITH envelope = 'wrapped', updated, resolved = '10s', min_checkpoint_frequency = '10s', " +
 				"webhook_auth_header = 'Bearer s3cret', webhook_client_timeout = '10s', " +
-				`webhook_sink_config = '{"Flush":{"Messages":100,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
+				`webhook_sink_config = '{"Flush":{"Messages":100,"Bytes":1048576,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
 				"AS SELECT * FROM journal WHERE status = 'RECEIVED'",
 		},
 		{
@@ -38,7 +38,7 @@ func TestBuildCreate(t *testing.T) {
 			want: "CREATE CHANGEFEED FOR TABLE journal INTO 'webhook-https://inboxd:8443/changefeed?ca_cert=" + testCAQ + "' " +
 				"WITH updated, resolved = '10s', min_checkpoint_frequency = '10s', " +
 				"webhook_auth_header = 'Bearer s3cret', webhook_client_timeout = '10s', " +
-				`webhook_sink_config = '{"Flush":{"Messages":100,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}'`,
+				`webhook_sink_config = '{"Flush":{"Messages":100,"Bytes":1048576,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}'`,
 		},
 		{
 			name: "minimal, insecure, no path",

@@ -21,6 +21,22 @@ func InsertOne(ctx context.Context, db DB, e Entry) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
+// seedExpiredSQL writes n PROCESSED entries last updated age ago, for the benchmark of
+// retention; their ids are random, their tag says what they are.
+const seedExpiredSQL = `
+INSERT INTO journal (payload, event_type, aggregate_id, tag, status, updated_at, processed_at)
+SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'seed', 'seed', 'retention-seed', 'PROCESSED',
+       now() - $2::INT8 * INTERVAL '1 millisecond', now() - $2::INT8 * INTERVAL '1 millisecond'
+FROM generate_series(1, $1::INT8)`
+
+// SeedExpired writes n expired PROCESSED entries (the retention benchmark's backlog).
+func SeedExpired(ctx context.Context, db DB, n int, age time.Duration) error {
+	if _, err := db.Exec(ctx, seedExpiredSQL, n, age.Milliseconds()); err != nil {
+		return fmt.Errorf("seeding %d expired entries: %w", n, err)
+	}
+	return nil
+}
+
 // Counts is how many rows the journal holds, by status, and the quarantine.
 type Counts struct {
 	Journal    int

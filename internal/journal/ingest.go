@@ -67,6 +67,13 @@ type Result struct {
 	Refused     int // entries the database refused, quarantined as db_refused
 }
 
+// SequenceBlock is journal_sequence_no's increment (migration 0005): one ingest batch
+// draws one value and numbers its rows inside the block, so it holds at most this many.
+const SequenceBlock = 65536
+
+// ErrBatchTooLarge is returned by Ingest for a batch of more than SequenceBlock entries.
+var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one sequence block", SequenceBlock)
+
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
 // one round trip: new journal rows, quarantined messages, and id conflicts (an id already
 // journaled with another payload). The journal keeps the first payload; the conflict goes
@@ -75,8 +82,17 @@ type Result struct {
 // whatever snapshot the database gives the CTEs.
 //
 // Rows are inserted in id order, so that two batches written at once lock the ids they
-// share in the same order and cannot deadlock; their sequence numbers are drawn first,
-// in arrival order, because that order is what orders the events of one aggregate.
+// share in the same order and cannot deadlock. Their sequence numbers come from arrival
+// order (WITH ORDINALITY), because that order is what orders the events of one aggregate:
+// the batch draws ONE value from journal_sequence_no, which increments by
+// SequenceBlock (migration 0005), and row ord gets first_seq + ord - 1. Nothing depends
+// on the planner: CockroachDB ignores an ORDER BY in a FROM subquery
+// (https://www.cockroachlabs.com/docs/stable/order-by#order-preservation), so drawing
+// nextval per row "in order" was not guaranteed, and each nextval is a replicated write
+// there (https://www.cockroachlabs.com/docs/stable/create-sequence#considerations).
+// MATERIALIZED evaluates the draw once on both databases
+// (https://www.cockroachlabs.com/docs/stable/common-table-expressions). The sequence has
+// no PER NODE CACHE, which would give up the cross-node order aggregates rely on.
 // The quarantine table is written by one INSERT only, as CockroachDB refuses two
 // mutations of a table in one statement.
 // convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
@@ -92,12 +108,12 @@ existing AS (
 	SELECT j.id, j.payload FROM journal AS j
 	WHERE j.id = ANY (SELECT (payload->>'id')::UUID FROM input)
 ),
-numbered AS (
-	SELECT o.ord, nextval('journal_sequence_no') AS seq FROM (SELECT ord FROM input ORDER BY ord) AS o
+block AS MATERIALIZED (
+	SELECT nextval('journal_sequence_no') AS first_seq
 ),
 ins AS (
 	INSERT INTO journal (payload, event_type, aggregate_id, tag, sequence_no)
-	SELECT i.payload, i.event_type, i.aggregate_id, i.tag, n.seq FROM input AS i JOIN numbered AS n ON n.ord = i.ord
+	SELECT i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1 FROM input AS i CROSS JOIN block AS b
 	ORDER BY (i.payload->>'id')::UUID
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
@@ -165,6 +181,9 @@ SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
 func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	if len(b.Entries) == 0 && len(b.Bad) == 0 {
 		return Result{}, nil
+	}
+	if len(b.Entries) > SequenceBlock {
+		return Result{}, fmt.Errorf("ingesting a batch of %d entries: %w", len(b.Entries), ErrBatchTooLarge)
 	}
 	entries, bad, dups, conflicts := dedupe(b.Entries, b.Bad)
 	res, err := ingestIsolating(ctx, db, entries, bad)

@@ -93,12 +93,17 @@ func CountMatching(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, 
 	if !ok {
 		return 0, nil
 	}
-	var args []any
+	sql, args := countMatchingSQL(f)
 	var n int64
-	if err := db.QueryRow(ctx, "SELECT count(*) FROM journal"+whereClause(where(f, &args)), args...).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting entries to %s: %w", m, err)
 	}
 	return n, nil
+}
+
+func countMatchingSQL(f Filter) (string, []any) {
+	var args []any
+	return "SELECT count(*) FROM journal" + whereClause(where(f, &args)), args
 }
 
 // RequeueBatchSize bounds the rows one requeue statement updates, keeping each implicit
@@ -122,27 +127,7 @@ func Requeue(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error)
 	var total int64
 	var after int64 // sequence numbers start at 1
 	for {
-		var args []any
-		conds := where(f, &args)
-		args = append(args, after, upper, RequeueBatchSize)
-		n := len(args)
-		conds = append(conds, fmt.Sprintf("sequence_no > $%d AND sequence_no <= $%d", n-2, n-1))
-		// The status check is repeated on the UPDATE so that an entry the engine finished
-		// between the two reads is left alone by a retry.
-		recheck := ""
-		if m == Retry {
-			recheck = " AND status IN ('FAILED', 'DEAD', 'REJECTED')"
-		}
-		sql := `WITH picked AS (
-				SELECT id, sequence_no FROM journal` + whereClause(conds) + fmt.Sprintf(`
-				ORDER BY sequence_no LIMIT $%d
-			),
-			upd AS (
-				UPDATE journal SET `+requeueSet+`
-				WHERE id IN (SELECT id FROM picked)`+recheck+`
-				RETURNING 1
-			)
-			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd)`, n)
+		sql, args := requeueSQL(f, m, after, upper)
 		var picked, last, updated int64
 		if err := db.QueryRow(ctx, sql, args...).Scan(&picked, &last, &updated); err != nil {
 			return total, fmt.Errorf("requeueing entries (%s): %w", m, err)
@@ -156,6 +141,31 @@ func Requeue(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error)
 			return total, err
 		}
 	}
+}
+
+// requeueSQL builds one batch of Requeue: entries matching f with after < sequence_no <= upper.
+func requeueSQL(f Filter, m RequeueMode, after, upper int64) (string, []any) {
+	var args []any
+	conds := where(f, &args)
+	args = append(args, after, upper, RequeueBatchSize)
+	n := len(args)
+	conds = append(conds, fmt.Sprintf("sequence_no > $%d::INT8 AND sequence_no <= $%d::INT8", n-2, n-1))
+	// The status check is repeated on the UPDATE so that an entry the engine finished
+	// between the two reads is left alone by a retry.
+	recheck := ""
+	if m == Retry {
+		recheck = " AND status IN ('FAILED', 'DEAD', 'REJECTED')"
+	}
+	return `WITH picked AS (
+				SELECT id, sequence_no FROM journal` + whereClause(conds) + fmt.Sprintf(`
+				ORDER BY sequence_no LIMIT $%d::INT8
+			),
+			upd AS (
+				UPDATE journal SET `+requeueSet+`
+				WHERE id IN (SELECT id FROM picked)`+recheck+`
+				RETURNING 1
+			)
+			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd)`, n), args
 }
 
 // Beginner starts a transaction; *pgxpool.Pool is one.

@@ -108,7 +108,7 @@ func MarkRejected(ctx context.Context, tx DB, id, reason string) error {
 func MarkFailed(ctx context.Context, tx DB, id, reason string, backoff time.Duration) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'FAILED', attempts = attempts + 1, last_error = $2,
-		       next_attempt_at = now() + $3 * INTERVAL '1 millisecond', updated_at = now()
+		       next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond', updated_at = now()
 		WHERE id = $1`, errorText(reason), backoff.Milliseconds())
 }
 
@@ -149,13 +149,13 @@ type Claimed struct {
 // one partial index (journal_pending) serves both kinds.
 func ClaimDue(ctx context.Context, db DB, grace, lease time.Duration, limit int) ([]Claimed, error) {
 	rows, err := db.Query(ctx, `
-		UPDATE journal SET next_attempt_at = now() + $3 * INTERVAL '1 millisecond'
+		UPDATE journal SET next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond'
 		WHERE id IN (
 			SELECT id FROM journal
 			WHERE status IN ('RECEIVED', 'FAILED') AND next_attempt_at <= now()
-			  AND (status = 'FAILED' OR next_attempt_at <= now() - $1 * INTERVAL '1 millisecond')
+			  AND (status = 'FAILED' OR next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
 			ORDER BY next_attempt_at
-			LIMIT $2
+			LIMIT $2::INT8
 			FOR UPDATE SKIP LOCKED)
 		RETURNING id::TEXT, status, aggregate_id, sequence_no`,
 		grace.Milliseconds(), limit, lease.Milliseconds())

@@ -129,19 +129,7 @@ func List(ctx context.Context, db DB, f Filter, p Page) ([]Record, bool, error) 
 	if p.Limit <= 0 {
 		return nil, false, fmt.Errorf("listing journal: limit must be positive, got %d", p.Limit)
 	}
-	var args []any
-	conds := where(f, &args)
-	dir, cmp := "ASC", ">"
-	if p.Desc {
-		dir, cmp = "DESC", "<"
-	}
-	if p.After != nil {
-		args = append(args, *p.After)
-		conds = append(conds, fmt.Sprintf("sequence_no %s $%d", cmp, len(args)))
-	}
-	args = append(args, p.Limit+1)
-	sql := "SELECT " + recordColumns + " FROM journal" + whereClause(conds) +
-		fmt.Sprintf(" ORDER BY sequence_no %s LIMIT $%d", dir, len(args))
+	sql, args := listSQL(f, p)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing journal: %w", err)
@@ -163,6 +151,23 @@ func List(ctx context.Context, db DB, f Filter, p Page) ([]Record, bool, error) 
 		out = out[:p.Limit]
 	}
 	return out, more, nil
+}
+
+// listSQL builds List's statement: only the criteria given appear in it.
+func listSQL(f Filter, p Page) (string, []any) {
+	var args []any
+	conds := where(f, &args)
+	dir, cmp := "ASC", ">"
+	if p.Desc {
+		dir, cmp = "DESC", "<"
+	}
+	if p.After != nil {
+		args = append(args, *p.After)
+		conds = append(conds, fmt.Sprintf("sequence_no %s $%d::INT8", cmp, len(args)))
+	}
+	args = append(args, p.Limit+1)
+	return "SELECT " + recordColumns + " FROM journal" + whereClause(conds) +
+		fmt.Sprintf(" ORDER BY sequence_no %s LIMIT $%d::INT8", dir, len(args)), args
 }
 
 // Get returns one journal entry by event id (a canonical UUID string).
@@ -311,23 +316,7 @@ func ListQuarantine(ctx context.Context, db DB, reason string, p QuarantinePage)
 	if p.Limit <= 0 {
 		return nil, false, fmt.Errorf("listing quarantine: limit must be positive, got %d", p.Limit)
 	}
-	var args []any
-	var conds []string
-	if reason != "" {
-		args = append(args, reason)
-		conds = append(conds, "reason = $1")
-	}
-	dir, cmp := "ASC", ">"
-	if p.Desc {
-		dir, cmp = "DESC", "<"
-	}
-	if p.After != nil {
-		args = append(args, p.After.ReceivedAt, p.After.ID)
-		conds = append(conds, fmt.Sprintf("(received_at, id) %s ($%d::TIMESTAMPTZ, $%d::UUID)", cmp, len(args)-1, len(args)))
-	}
-	args = append(args, p.Limit+1)
-	sql := "SELECT " + quarantineColumns + " FROM quarantine" + whereClause(conds) +
-		fmt.Sprintf(" ORDER BY received_at %s, id %s LIMIT $%d", dir, dir, len(args))
+	sql, args := listQuarantineSQL(reason, p)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing quarantine: %w", err)
@@ -349,6 +338,27 @@ func ListQuarantine(ctx context.Context, db DB, reason string, p QuarantinePage)
 		out = out[:p.Limit]
 	}
 	return out, more, nil
+}
+
+// listQuarantineSQL builds ListQuarantine's statement.
+func listQuarantineSQL(reason string, p QuarantinePage) (string, []any) {
+	var args []any
+	var conds []string
+	if reason != "" {
+		args = append(args, reason)
+		conds = append(conds, "reason = $1::TEXT")
+	}
+	dir, cmp := "ASC", ">"
+	if p.Desc {
+		dir, cmp = "DESC", "<"
+	}
+	if p.After != nil {
+		args = append(args, p.After.ReceivedAt, p.After.ID)
+		conds = append(conds, fmt.Sprintf("(received_at, id) %s ($%d::TIMESTAMPTZ, $%d::UUID)", cmp, len(args)-1, len(args)))
+	}
+	args = append(args, p.Limit+1)
+	return "SELECT " + quarantineColumns + " FROM quarantine" + whereClause(conds) +
+		fmt.Sprintf(" ORDER BY received_at %s, id %s LIMIT $%d::INT8", dir, dir, len(args)), args
 }
 
 // QuarantineBody returns one quarantine row and its raw body.

@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/schema"
 	"github.com/inboxd/inboxd/webhook"
@@ -164,7 +165,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopWork()
 	defer stopAPI()
 
-	errs := make(chan error, 4)
+	errs := make(chan error, 8) // one per part at most
 	var intake, work, serving sync.WaitGroup
 	start := func(wg *sync.WaitGroup, name string, run func() error) {
 		wg.Add(1)
@@ -190,6 +191,11 @@ func (s *Service) Run(ctx context.Context) error {
 	start(&serving, "api", func() error { return apiSrv.Run(apiCtx) })
 	serving.Add(1)
 	go func() { defer serving.Done(); mon.run(apiCtx) }()
+	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
+	if pruner := retention.New(s.pool, retention.Config{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention},
+		s.log.With("component", "retention")); !s.cockroach && pruner.Enabled() {
+		start(&work, "retention", func() error { return pruner.Run(workCtx) })
+	}
 	s.log.Info("inboxd running", "destinations", cfg.Destinations, "api", cfg.HTTPAddr, "webhook", cfg.WebhookAddr)
 
 	var runErr error
@@ -270,7 +276,7 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 		s.log.Info("generated the webhook token; inboxd changefeed create sends it",
 			"file", filepath.Join(cfg.CertDir, certs.WebhookTokenFile))
 	}
-	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL}, engine, s.pool, s.m, s.log.With("component", "webhook"))
+	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes)}, engine, s.pool, s.m, s.log.With("component", "webhook"))
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)

@@ -1,0 +1,100 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Retention is what inboxd keeps on CockroachDB, where row-level TTL deletes expired
+// rows; a zero duration keeps that table's rows forever (and removes a TTL set before).
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl
+type Retention struct {
+	Journal    time.Duration // PROCESSED and REJECTED entries, after their last update
+	Quarantine time.Duration // quarantine rows, after they were received
+}
+
+// ttlCron runs the TTL job hourly rather than at the default daily, so that rows do not
+// outlive their retention by up to a day.
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl#ttl-storage-parameters
+const ttlCron = "@hourly"
+
+// ResetTTLSQL removes row-level TTL from a table: RESET (ttl) drops every TTL storage
+// parameter (cockroachdb/cockroach#110746).
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl#remove-row-level-ttl-from-a-table
+func ResetTTLSQL(table string) string { return fmt.Sprintf("ALTER TABLE %s RESET (ttl)", table) }
+
+// showCreateSQL reads a table's definition, which lists its TTL storage parameters.
+// https://www.cockroachlabs.com/docs/stable/show-create
+func showCreateSQL(table string) string {
+	return fmt.Sprintf("SELECT create_statement FROM [SHOW CREATE TABLE %s]", table)
+}
+
+// BuildQuarantineTTL returns the ALTER TABLE that expires quarantine rows retention after
+// received_at. Like BuildTTL it converts through UTC so that the expression is immutable,
+// and keeps the TTL job's deletes out of changefeeds.
+func BuildQuarantineTTL(retention time.Duration) (string, error) {
+	if retention < time.Second || retention%time.Second != 0 {
+		return "", invalid("quarantine ttl retention must be a positive whole number of seconds (got %s)", retention)
+	}
+	expr := fmt.Sprintf(`((received_at AT TIME ZONE 'UTC') + '%d seconds'::INTERVAL) AT TIME ZONE 'UTC'`, int64(retention/time.Second))
+	return fmt.Sprintf("ALTER TABLE quarantine SET (ttl_expiration_expression = %s, ttl_job_cron = %s, ttl_disable_changefeed_replication = true)",
+		quote(expr), quote(ttlCron)), nil
+}
+
+// RetentionStatements returns the statements that set r: a TTL per table with a
+// retention, and a RESET for a table without one (ApplyRetention sends the RESET only
+// where a TTL is set).
+func RetentionStatements(r Retention) ([]string, error) {
+	var out []string
+	if r.Journal > 0 {
+		s, err := BuildTTL(TTLOptions{Table: "journal", Retention: r.Journal, Cron: ttlCron})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	} else {
+		out = append(out, ResetTTLSQL("journal"))
+	}
+	if r.Quarantine > 0 {
+		s, err := BuildQuarantineTTL(r.Quarantine)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	} else {
+		out = append(out, ResetTTLSQL("quarantine"))
+	}
+	return out, nil
+}
+
+// ApplyRetention sets row-level TTL on the journal and the quarantine as r says, and
+// returns the statements it ran. A RESET is sent only to a table that has a TTL.
+func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, error) {
+	stmts, err := RetentionStatements(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.requireCockroach(ctx); err != nil {
+		return nil, err
+	}
+	var ran []string
+	for _, stmt := range stmts {
+		if strings.HasSuffix(stmt, "RESET (ttl)") {
+			table := strings.Fields(stmt)[2]
+			var def string
+			if err := m.db.QueryRow(ctx, showCreateSQL(table), simple).Scan(&def); err != nil {
+				return ran, fmt.Errorf("reading the definition of %s: %w", table, err)
+			}
+			if !strings.Contains(def, "ttl") {
+				continue
+			}
+		}
+		if _, err := m.db.Exec(ctx, stmt, simple); err != nil {
+			return ran, fmt.Errorf("setting row-level TTL (%s): %w", stmt, err)
+		}
+		ran = append(ran, stmt)
+	}
+	return ran, nil
+}

@@ -1,0 +1,57 @@
+package feed
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The row-level TTL statements inboxd migrate runs on CockroachDB, pinned byte for byte.
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl
+func TestRetentionStatements(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Retention
+		want []string
+	}{
+		{"defaults", Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, []string{
+			`ALTER TABLE journal SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''2592000 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+		}},
+		{"disabled", Retention{}, []string{`ALTER TABLE journal RESET (ttl)`, `ALTER TABLE quarantine RESET (ttl)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RetentionStatements(tt.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+	// Retention never reaches RECEIVED, FAILED or DEAD rows: the expression is NULL
+	// (never expires) for every status but the two terminal ones.
+	got, _ := RetentionStatements(Retention{Journal: time.Hour})
+	for _, s := range []string{"RECEIVED", "FAILED", "DEAD"} {
+		if strings.Contains(got[0], s) {
+			t.Errorf("journal TTL mentions %s: %s", s, got[0])
+		}
+	}
+	if _, err := RetentionStatements(Retention{Journal: 1500 * time.Millisecond}); err == nil {
+		t.Error("a retention of 1.5s was accepted; TTL takes whole seconds")
+	}
+}
+
+// Finding 2 of issue 9: the webhook's body cap follows from Flush.Bytes.
+func TestWebhookBodyCapCoversFlushBytes(t *testing.T) {
+	f := DefaultOptions("webhook-https://x/y", "", "").Flush
+	if f.Bytes == 0 {
+		t.Fatal("no Flush.Bytes: batches of large rows are unbounded")
+	}
+	cap := WebhookBodyCap(f, 256<<10)
+	if min := 6*int64(f.Bytes) + 12*(256<<10); cap < min {
+		t.Errorf("cap %d is below six times Flush.Bytes plus one worst row (%d)", cap, min)
+	}
+}

@@ -1,0 +1,133 @@
+// Package retention deletes expired journal and quarantine rows on PostgreSQL. On
+// CockroachDB, row-level TTL does the same job (inboxd migrate sets it up, see
+// internal/feed), and the pruner is not started.
+//
+// Deleting a journal entry ends its deduplication: a redelivery of an event older than
+// the retention is journaled, and processed, again.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval = time.Minute
+	DefaultBatch    = 1000
+	// DefaultPause separates two full batches, so that a large backlog is deleted at a
+	// bounded rate (under DefaultBatch per DefaultPause, 5,000 rows/s) instead of
+	// competing with ingest for the database. Rows expire at the rate events finish
+	// processing, far below that, so the pruner keeps up.
+	DefaultPause = 200 * time.Millisecond
+)
+
+// Config says what to keep. A zero retention keeps everything of that table.
+type Config struct {
+	Journal    time.Duration // PROCESSED and REJECTED entries, by updated_at
+	Quarantine time.Duration // quarantine rows, by received_at
+	Interval   time.Duration // between passes; DefaultInterval when zero
+	Batch      int           // rows per DELETE; DefaultBatch when zero
+	Pause      time.Duration // between full batches; DefaultPause when zero
+}
+
+// Pruner deletes expired rows, one bounded batch per statement.
+type Pruner struct {
+	db  journal.DB
+	cfg Config
+	log *slog.Logger
+	// passDone, when set, is called after each pass (tests wait on it).
+	passDone func(Stats)
+}
+
+// Stats counts what one pass deleted.
+type Stats struct {
+	Journal, Quarantine int64
+}
+
+// New returns a pruner; a nil logger discards.
+func New(db journal.DB, cfg Config, log *slog.Logger) *Pruner {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Pause <= 0 {
+		cfg.Pause = DefaultPause
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Pruner{db: db, cfg: cfg, log: log}
+}
+
+// Enabled reports whether anything expires.
+func (p *Pruner) Enabled() bool { return p.cfg.Journal > 0 || p.cfg.Quarantine > 0 }
+
+// Run prunes every Interval until ctx ends. A failed pass is logged and retried at the
+// next interval: retention is housekeeping, never a reason to stop inboxd.
+func (p *Pruner) Run(ctx context.Context) error {
+	if !p.Enabled() {
+		return nil
+	}
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	for {
+		st, err := p.Pass(ctx)
+		switch {
+		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			p.log.WarnContext(ctx, "retention pass failed; retrying at the next interval", "err", err)
+		case st.Journal > 0 || st.Quarantine > 0:
+			p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine)
+		}
+		if p.passDone != nil {
+			p.passDone(st)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Pass deletes every expired row, in batches of Batch with Pause between full ones.
+func (p *Pruner) Pass(ctx context.Context) (Stats, error) {
+	var st Stats
+	for _, job := range []struct {
+		keep  time.Duration
+		prune func(context.Context, journal.DB, time.Duration, int) (int64, error)
+		n     *int64
+	}{
+		{p.cfg.Journal, journal.PruneJournal, &st.Journal},
+		{p.cfg.Quarantine, journal.PruneQuarantine, &st.Quarantine},
+	} {
+		if job.keep <= 0 {
+			continue
+		}
+		for {
+			n, err := job.prune(ctx, p.db, job.keep, p.cfg.Batch)
+			*job.n += n
+			if err != nil {
+				return st, fmt.Errorf("retention: %w", err)
+			}
+			if n < int64(p.cfg.Batch) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return st, ctx.Err()
+			case <-time.After(p.cfg.Pause):
+			}
+		}
+	}
+	return st, nil
+}
