@@ -131,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 	e.StdLogger = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn) // becomes http.Server.ErrorLog
 	// Hand-written rather than echo/middleware, which would pull golang.org/x/time into go.mod.
 	e.Use(setRequestID, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
+	e.Use(refuseCrossOrigin) // CSRF: the console's POSTs are same-origin; another site's are not
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -141,6 +142,7 @@ func New(cfg Config) (*Server, error) {
 	e.POST("/registration", s.postRegistration)
 
 	e.GET("/journal/stats", s.journalStats)
+	e.GET("/journal/rates", s.journalRates)
 	// One route serves both /journal/{type}-events and /journal/{id}: Echo allows one
 	// parameter child per path segment, so the handler tells them apart by the suffix.
 	e.GET("/journal/:ref", s.journalRef)

@@ -25,6 +25,7 @@ import (
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/console"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -44,6 +45,8 @@ type Service struct {
 	reg  *process.Registry
 	pool *pgxpool.Pool
 	m    *metrics.Metrics
+	// cockroach: the database is CockroachDB, so a changefeed feeds the webhook.
+	cockroach bool
 }
 
 // New connects to the database, applies migrations, and prepares the parts. reg holds
@@ -69,12 +72,13 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
-	if cfg.SweepGrace == 0 && isCockroach(ctx, pool) {
+	cockroach := isCockroach(ctx, pool)
+	if cfg.SweepGrace == 0 && cockroach {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New()}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New(), cockroach: cockroach}, nil
 }
 
 // Run serves until ctx is cancelled or a part fails, then shuts down in order.
@@ -110,6 +114,11 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("configuring the api: %w", err)
+	}
+	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
+	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: s.cockroach, WebhookURL: cfg.WebhookURL,
+		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace, Logger: s.log.With("component", "console")}); err != nil {
+		return fmt.Errorf("configuring the console: %w", err)
 	}
 
 	var hook *webhookServer
