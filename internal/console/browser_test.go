@@ -12,10 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
@@ -46,6 +49,9 @@ type fixture struct {
 
 	mgaID  string // a PROCESSED registration in jurisdiction mga
 	deadID []string
+
+	mu       sync.Mutex
+	problems []string // script exceptions and console errors, CSP violations included
 }
 
 // TestConsoleInBrowser drives the console in a real headless Chromium against a running
@@ -188,6 +194,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err := f.db.Pool.QueryRow(context.Background(), `SELECT id::TEXT FROM quarantine WHERE reason = 'not_json'`).Scan(&qid); err != nil {
 			t.Fatal(err)
 		}
+		var before time.Time
+		if err := f.db.Pool.QueryRow(context.Background(), `SELECT received_at FROM quarantine WHERE id = $1`, qid).Scan(&before); err != nil {
+			t.Fatal(err)
+		}
 		f.open(t, "/ui/quarantine")
 		f.waitLoaded(t)
 		f.run(t, "inspect", chromedp.Click(`button.inspect[data-id="`+qid+`"]`))
@@ -204,8 +214,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		f.run(t, "confirm", chromedp.Click(`#q-confirm button.danger`))
 		f.waitFor(t, `(document.getElementById('q-reinjected') || {}).textContent?.startsWith('Re-injected to ')`, "the re-injection")
-		if n := f.sql(t, `SELECT count(*) FROM quarantine WHERE id = $1 AND reinjected_at IS NOT NULL`, qid); n != 1 {
-			t.Errorf("quarantine row not marked re-injected")
+		// The body went back to the broker, and, being still no JSON, came back to the same
+		// quarantine row, which ingest then marks as quarantined again (newer received_at).
+		testenv.Eventually(t, 30*time.Second, "the re-injected message back in the quarantine", func() bool {
+			return f.sql(t, `SELECT count(*) FROM quarantine WHERE id = $1 AND reinjected_at IS NULL AND received_at > $2`, qid, before) == 1
+		})
+	})
+
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, p := range f.problems {
+			t.Errorf("browser reported: %s", p)
 		}
 	})
 
@@ -310,8 +330,25 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		}
 	}))
 	t.Cleanup(func() { bcancel(); acancel() })
+	chromedp.ListenTarget(bctx, func(ev any) {
+		var p string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			p = "exception: " + ev.ExceptionDetails.Error()
+		case *cdplog.EventEntryAdded:
+			// Network errors are the API's 401s the console is meant to get.
+			if ev.Entry.Level == cdplog.LevelError && ev.Entry.Source != cdplog.SourceNetwork {
+				p = string(ev.Entry.Source) + ": " + ev.Entry.Text
+			}
+		}
+		if p != "" {
+			f.mu.Lock()
+			f.problems = append(f.problems, p)
+			f.mu.Unlock()
+		}
+	})
 	// Start the browser now, so that its start-up does not count against a step's deadline.
-	if err := chromedp.Run(bctx); err != nil {
+	if err := chromedp.Run(bctx, cdplog.Enable()); err != nil {
 		t.Fatalf("starting chromium %s: %v", chromium, err)
 	}
 	f.browser = bctx

@@ -441,7 +441,7 @@
       }
       const sorted = Array.from(groups.entries()).sort((a, b) => b[1].length - a[1].length);
       $('#groups-summary').textContent = items.length === 0 ? 'No FAILED or DEAD entries.' :
-        items.length + ' FAILED and DEAD entries' + (cursor ? ' loaded so far' : '') + ', ' + sorted.length + ' distinct errors.';
+        items.length + ' FAILED and DEAD entries' + (cursor ? ' loaded so far' : '') + ', ' + sorted.length + (sorted.length === 1 ? ' distinct error.' : ' distinct errors.');
       $('#more').hidden = !cursor;
       $('#groups').replaceChildren(...sorted.map(([err, evs], gi) => {
         const count = s => evs.filter(e => e.status === s).length;
