@@ -120,6 +120,9 @@ func Register(e *echo.Echo, cfg Config) error {
 		return c.render(ec, http.StatusOK, "event", page{Name: "event", Title: "Event " + id[:8], Path: "/events/" + id}, id)
 	})
 	g.GET("/static/*", func(ec echo.Context) error {
+		if p := ec.Param("*"); p == "" || strings.HasSuffix(p, "/") {
+			return c.render(ec, http.StatusNotFound, "notfound", page{Name: "notfound", Title: "Not found"}, "") // no listings
+		}
 		ec.Response().Header().Set("Cache-Control", "no-cache")
 		files.ServeHTTP(ec.Response(), ec.Request())
 		return nil
