@@ -152,6 +152,7 @@ func New(cfg Config) (*Server, error) {
 	e.POST("/admin/events/retry", s.adminRetryFilter, admin)
 	e.POST("/admin/events/replay", s.adminReplay, admin)
 	e.POST("/admin/events/:id/retry", s.adminRetryOne, admin)
+	e.GET("/admin/feed", s.adminFeed, admin)
 	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
 	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)
 	e.POST("/admin/quarantine/:id/reinject", s.adminReinject, admin)

@@ -88,3 +88,16 @@ func TestCrossOriginRefused(t *testing.T) {
 		}
 	}
 }
+
+// On PostgreSQL there is no changefeed: /admin/feed says so rather than failing.
+func TestAdminFeedOnPostgreSQL(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.AdminToken = "t" })
+	expectError(t, h.do(t, http.MethodGet, "/admin/feed", nil), http.StatusUnauthorized)
+	r := h.do(t, http.MethodGet, "/admin/feed", nil, "Authorization", "Bearer t")
+	if r.Code != http.StatusOK {
+		t.Fatalf("%d %s", r.Code, r.Body)
+	}
+	if got := string(r.Body); got != `{"database":"postgresql","jobs":[]}`+"\n" {
+		t.Errorf("body %s", got)
+	}
+}

@@ -191,7 +191,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	step(t, "inspect and re-inject a quarantined message", func(t *testing.T) {
 		var qid string
-		if err := f.db.Pool.QueryRow(context.Background(), `SELECT id::TEXT FROM quarantine WHERE reason = 'not_json'`).Scan(&qid); err != nil {
+		if err := f.db.Pool.QueryRow(context.Background(), `SELECT id::TEXT FROM quarantine WHERE body = $1`, []byte("not json at all")).Scan(&qid); err != nil {
 			t.Fatal(err)
 		}
 		var before time.Time
@@ -234,6 +234,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		f.waitLoaded(t)
 		var text string
 		f.run(t, "read", chromedp.Text(`main`, &text))
+		f.waitFor(t, `document.getElementById('jobs-summary').textContent === 'PostgreSQL has no changefeed jobs.'`, "the jobs")
 		if !strings.Contains(text, "sweeper drives processing") {
 			t.Errorf("feed page: %q", text)
 		}

@@ -626,6 +626,17 @@
 
   // ---------- feed ----------
   function feedPage() {
+    api('/admin/feed').then(fd => {
+      $('#jobs tbody').replaceChildren(...fd.jobs.map(j => el('tr', {},
+        el('td', {}, el('code', { text: String(j.id) })),
+        el('td', { text: j.status + (j.running_status ? ' (' + j.running_status + ')' : '') }),
+        el('td', { text: j.high_water_at ? fmtTime(j.high_water_at) : 'none yet' }),
+        el('td', { text: j.lag_seconds !== null ? fmtAge(j.lag_seconds) : '—' }),
+        el('td', {}, el('code', { text: j.sink_uri })),
+        el('td', { text: j.error || '' }))));
+      $('#jobs-summary').textContent = fd.database === 'postgresql' ? 'PostgreSQL has no changefeed jobs.' :
+        fd.jobs.length ? fd.jobs.length + (fd.jobs.length === 1 ? ' job.' : ' jobs.') : 'No changefeed job: create one with inboxd changefeed create.';
+    }).catch(e => fail(e, $('#jobs-summary')));
     api('/journal/stats').then(st => {
       const wms = st.feed_watermarks || [];
       $('#watermarks tbody').replaceChildren(...wms.map(w => el('tr', {},
