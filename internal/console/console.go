@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -36,7 +35,6 @@ type Config struct {
 	WebhookURL    string        // the changefeed's sink, e.g. webhook-https://inboxd:8443/changefeed
 	SweepInterval time.Duration // how often the sweeper looks for due work
 	SweepGrace    time.Duration // how long a RECEIVED row waits for the feed
-	Logger        *slog.Logger  // default slog.Default()
 }
 
 // CSP is the Content-Security-Policy of every console response: nothing inline, nothing
@@ -81,9 +79,6 @@ type console struct {
 // Register mounts the console under Prefix on e, the API's Echo instance, so that every
 // middleware of the API applies to it too.
 func Register(e *echo.Echo, cfg Config) error {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	c := &console{cfg: cfg, tmpl: map[string]*template.Template{}}
 	funcs := template.FuncMap{"dur": func(d time.Duration) string { return d.String() }}
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")

@@ -117,7 +117,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
 	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: s.cockroach, WebhookURL: cfg.WebhookURL,
-		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace, Logger: s.log.With("component", "console")}); err != nil {
+		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
 		return fmt.Errorf("configuring the console: %w", err)
 	}
 
