@@ -20,6 +20,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/config"
@@ -169,7 +170,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		f.waitFor(t, `document.querySelectorAll('#groups tbody tr').length === `+fmt.Sprint(len(f.deadID)), "the dead events, grouped")
 		f.screenshot(t, "failures.png")
 		broken.Store(false) // the operator fixed the cause
-		f.run(t, "retry one", chromedp.Click(`button.retry[data-id="`+f.deadID[0]+`"]`))
+		// From the keyboard: focus the button, press Enter.
+		f.run(t, "retry one", chromedp.Focus(`button.retry[data-id="`+f.deadID[0]+`"]`), chromedp.KeyEvent(kb.Enter))
 		f.waitFor(t, `Array.from(document.querySelectorAll('#groups tr')).some(tr => tr.querySelector('button.retry[data-id="`+f.deadID[0]+`"]') && tr.textContent.includes('PROCESSED'))`, "the retried event shown PROCESSED")
 		if got := f.status(t, f.deadID[0]); got != "PROCESSED" {
 			t.Errorf("database status %s", got)
@@ -212,7 +214,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		if n := f.sql(t, `SELECT count(*) FROM quarantine WHERE id = $1 AND reinjected_at IS NOT NULL`, qid); n != 0 {
 			t.Fatal("re-injected before confirming")
 		}
-		f.run(t, "confirm", chromedp.Click(`#q-confirm button.danger`))
+		// The confirmation takes the focus, so Enter confirms: no mouse needed.
+		f.waitFor(t, `document.activeElement === document.querySelector('#q-confirm button.danger')`, "the focus on the confirm button")
+		f.run(t, "confirm", chromedp.KeyEvent(kb.Enter))
 		f.waitFor(t, `(document.getElementById('q-reinjected') || {}).textContent?.startsWith('Re-injected to ')`, "the re-injection")
 		// The body went back to the broker, and, being still no JSON, came back to the same
 		// quarantine row, which ingest then marks as quarantined again (newer received_at).
