@@ -173,20 +173,30 @@
       btn.textContent = paused ? 'Resume live refresh' : 'Pause live refresh';
       if (!paused) tick();
     });
+    // Both endpoints scan the journal (about 0.5 s each at 200k rows on a busy 2-core
+    // machine), so the counts refresh every 10 s, the chart every 30 s, and nothing
+    // while the tab is hidden.
+    let n = 0;
     async function tick() {
       clearTimeout(timer);
+      if (document.hidden) {
+        timer = setTimeout(tick, 10000);
+        return;
+      }
       try {
-        const [st, rates] = await Promise.all([api('/journal/stats'), api('/journal/rates?minutes=10')]);
+        const withRates = n++ % 3 === 0;
+        const [st, rates] = await Promise.all([api('/journal/stats'), withRates ? api('/journal/rates?minutes=10') : null]);
         renderStats(st);
-        renderChart(rates);
-        $('#updated').textContent = 'Updated ' + new Date().toLocaleTimeString('en-GB') + (paused ? '' : ' · refreshes every 5 s');
+        if (rates) renderChart(rates);
+        $('#updated').textContent = 'Updated ' + new Date().toLocaleTimeString('en-GB') + (paused ? '' : ' · refreshes every 10 s');
         body.dataset.loaded = 'true';
       } catch (e) {
         fail(e);
         $('#updated').textContent = 'Not updated';
       }
-      if (!paused) timer = setTimeout(tick, 5000);
+      if (!paused) timer = setTimeout(tick, 10000);
     }
+    document.addEventListener('visibilitychange', () => { if (!document.hidden && !paused) tick(); });
     tick();
   }
 
