@@ -4,7 +4,7 @@ GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 PKGS := ./...
 
-.PHONY: all build test test-short lint fmt services services-down demo verify-ingest bench bench-quick chaos fuzz up down clean
+.PHONY: all build test test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
 
 all: lint build test
 
@@ -17,8 +17,12 @@ services:
 services-down:
 	scripts/services.sh down
 
+# Chromium for the console's browser tests.
+browser:
+	scripts/services.sh browser
+
 # The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL.
-test: services
+test: services browser
 	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # Unit tests only: integration tests skip when services are unreachable (and CI is unset).
@@ -36,6 +40,10 @@ fmt:
 # Short runs of every fuzz target (a parser of outside input each).
 fuzz:
 	scripts/fuzz.sh 10s
+
+# PNGs of the console's overview and failures pages, taken by its browser test's run.
+screenshots: services browser
+	INBOXD_SCREENSHOTS=$(CURDIR)/docs/console CI=$${CI:-true} $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./internal/console/
 
 demo: build services
 	scripts/demo.sh

@@ -108,6 +108,7 @@ trap - EXIT
 cat <<EOT
 
 Demo done. inboxd is still running (pid $pid, log $state/inboxd.log); stop it with: kill $pid
+Operator console: $api/ui/   (overview, journal, failures, quarantine, feed)
 Where to look next:
   curl '$api/journal/registration-events?jurisdiction=mga&order=asc&limit=10'
   curl $api/journal/$id

@@ -8,7 +8,7 @@
 # there are what INBOXD_STOMP_CA_FILE, _CERT_FILE and _KEY_FILE take, and where the
 # tests look (internal/testenv, INBOXD_TEST_BROKER_TLS_DIR).
 #
-#   scripts/services.sh [up|down|status]
+#   scripts/services.sh [up|down|browser|status]   (browser: Chromium for the console tests)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -118,13 +118,25 @@ activemq_down() {
   done
 }
 
+# Chromium for the console's browser tests (internal/console); DejaVu fonts so that
+# screenshots render the same everywhere.
+browser_install() {
+  if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+    log "chromium present: $(command -v chromium chromium-browser | head -1)"
+    return
+  fi
+  log "installing chromium"
+  apt_install chromium fonts-dejavu-core
+}
+
 case "${1:-up}" in
   up) postgres_up; activemq_up ;;
   down) activemq_down ;;
   activemq-restart) activemq_down; activemq_up ;;
+  browser) browser_install ;;
   status)
     port_open "$PG_PORT" && log "postgresql up" || log "postgresql down"
     port_open "$STOMP_PORT" && log "activemq up" || log "activemq down"
     port_open "${STOMP_TLS_PORTS[0]}" && log "activemq stomp+ssl up" || log "activemq stomp+ssl down" ;;
-  *) echo "usage: $0 [up|down|activemq-restart|status]" >&2; exit 2 ;;
+  *) echo "usage: $0 [up|down|activemq-restart|browser|status]" >&2; exit 2 ;;
 esac

@@ -146,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 	e.Use(setRequestID, httpsec.SecurityHeaders, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
 	// Every POST demands Content-Type: application/json (415 otherwise): that is what
 	// stops CSRF, as a browser sends no such request cross-site without a preflight.
+	e.Use(refuseCrossOrigin) // CSRF, belt and braces: another site's state-changing requests are refused
 	post := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.POST(path, h, append(m, httpsec.RequireJSON)...)
 	}
@@ -160,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 
 	// The journal holds personal data: reads need the read (or admin) token, or localhost.
 	e.GET("/journal/stats", s.journalStats, s.read)
+	e.GET("/journal/rates", s.journalRates, s.read)
 	// One route serves both /journal/{type}-events and /journal/{id}: Echo allows one
 	// parameter child per path segment, so the handler tells them apart by the suffix.
 	e.GET("/journal/:ref", s.journalRef, s.read)
@@ -169,6 +171,7 @@ func New(cfg Config) (*Server, error) {
 	post("/admin/events/retry", s.adminRetryFilter, admin)
 	post("/admin/events/replay", s.adminReplay, admin)
 	post("/admin/events/:id/retry", s.adminRetryOne, admin)
+	e.GET("/admin/feed", s.adminFeed, admin)
 	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
 	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)
 	post("/admin/quarantine/:id/reinject", s.adminReinject, admin)

@@ -26,6 +26,7 @@ import (
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/console"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
@@ -47,6 +48,7 @@ type Service struct {
 	reg       *process.Registry
 	pool      *pgxpool.Pool
 	m         *metrics.Metrics
+	// cockroach: the database is CockroachDB, so a changefeed feeds the webhook.
 	cockroach bool
 }
 
@@ -148,6 +150,11 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("configuring the api: %w", err)
+	}
+	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
+	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: s.cockroach, WebhookURL: cfg.WebhookURL,
+		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
+		return fmt.Errorf("configuring the console: %w", err)
 	}
 
 	var hook *webhookServer

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/feed"
+)
+
+type feedResponse struct {
+	// Database is "cockroachdb" or "postgresql"; PostgreSQL has no changefeed, and the
+	// sweeper drives processing there.
+	Database string    `json:"database"`
+	Jobs     []feedJob `json:"jobs"`
+}
+
+type feedJob struct {
+	ID            int64      `json:"id"`
+	Status        string     `json:"status"`
+	RunningStatus string     `json:"running_status"`
+	HighWater     string     `json:"high_water"`
+	HighWaterAt   *time.Time `json:"high_water_at"`
+	LagSeconds    *float64   `json:"lag_seconds"`
+	Error         string     `json:"error"`
+	SinkURI       string     `json:"sink_uri"`    // secrets redacted
+	Description   string     `json:"description"` // secrets redacted
+}
+
+// GET /admin/feed: the changefeed jobs as SHOW CHANGEFEED JOBS reports them (what
+// `inboxd changefeed status` prints), secrets redacted by internal/feed.
+func (s *Server) adminFeed(c echo.Context) error {
+	ctx := c.Request().Context()
+	jobs, err := feed.NewManager(s.cfg.Pool, s.log).List(ctx)
+	if errors.Is(err, feed.ErrNeedsCockroachDB) {
+		return c.JSON(http.StatusOK, feedResponse{Database: "postgresql", Jobs: []feedJob{}})
+	}
+	if err != nil {
+		return internal("listing changefeed jobs", err)
+	}
+	out := feedResponse{Database: "cockroachdb", Jobs: make([]feedJob, 0, len(jobs))}
+	now := time.Now()
+	for _, j := range jobs {
+		fj := feedJob{ID: j.ID, Status: j.Status, RunningStatus: j.RunningStatus, HighWater: j.HighWater, Error: j.Error,
+			SinkURI: j.SinkURI, Description: j.Description}
+		if hw := j.HighWaterTime(); !hw.IsZero() {
+			lag := now.Sub(hw).Seconds()
+			fj.HighWaterAt, fj.LagSeconds = &hw, &lag
+		}
+		out.Jobs = append(out.Jobs, fj)
+	}
+	return c.JSON(http.StatusOK, out)
+}

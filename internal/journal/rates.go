@@ -1,0 +1,62 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// RateBucket is one time bucket of Rates.
+type RateBucket struct {
+	Start     time.Time
+	Journaled int64 // new journal rows received in the bucket (duplicates collapse, so not counted)
+	Processed int64 // entries that became PROCESSED in the bucket
+}
+
+// Rates counts new journal rows and processed entries per bucket over the last window,
+// on the database's clock, oldest bucket first and empty buckets included. Like
+// ReadStats it scans the journal (received_at and processed_at carry no index, which
+// would cost ingest on every insert): an operator's view, not a per-second poll.
+func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
+	if bucket <= 0 || window < bucket {
+		return nil, time.Time{}, fmt.Errorf("rates: window %s must be at least one bucket of %s", window, bucket)
+	}
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, time.Time{}, fmt.Errorf("reading the database clock: %w", err)
+	}
+	n := int(window / bucket)
+	// The last bucket is the one now falls in, so it fills as time passes.
+	bs := int64(bucket / time.Second)
+	if bs < 1 || bucket%time.Second != 0 {
+		return nil, time.Time{}, fmt.Errorf("rates: bucket %s must be whole seconds", bucket)
+	}
+	firstIdx := now.Unix()/bs - int64(n-1)
+	first := time.Unix(firstIdx*bs, 0)
+	out := make([]RateBucket, n)
+	for i := range out {
+		out[i].Start = first.Add(time.Duration(i) * bucket).UTC()
+	}
+	rows, err := db.Query(ctx, `SELECT b, sum(r)::INT8, sum(p)::INT8 FROM (
+		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p FROM journal WHERE received_at >= $1
+		UNION ALL
+		SELECT floor(extract(epoch FROM processed_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal WHERE processed_at >= $1
+	) AS t GROUP BY b`, first, bucket.Seconds())
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("counting journal rates: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b, r, p int64
+		if err := rows.Scan(&b, &r, &p); err != nil {
+			return nil, time.Time{}, fmt.Errorf("counting journal rates: %w", err)
+		}
+		if i := b - firstIdx; i >= 0 && i < int64(n) {
+			out[i].Journaled, out[i].Processed = r, p
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("counting journal rates: %w", err)
+	}
+	return out, now.UTC(), nil
+}
