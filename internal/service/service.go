@@ -43,11 +43,11 @@ const WebhookPath = "/changefeed"
 
 // Service is a running inboxd.
 type Service struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	reg       *process.Registry
-	pool      *pgxpool.Pool
-	m         *metrics.Metrics
+	cfg  *config.Config
+	log  *slog.Logger
+	reg  *process.Registry
+	pool *pgxpool.Pool
+	m    *metrics.Metrics
 	// cockroach: the database is CockroachDB, so a changefeed feeds the webhook.
 	cockroach bool
 }
