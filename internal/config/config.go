@@ -46,6 +46,11 @@ type Config struct {
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
 
+	OutboxPollInterval time.Duration
+	OutboxBatchSize    int
+	OutboxLease        time.Duration
+	OutboxRetention    time.Duration
+
 	ShutdownTimeout time.Duration
 	LogFormat       string
 	LogLevel        string
@@ -119,6 +124,10 @@ func settings(c *Config) []setting {
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
+		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", "1s", dur(&c.OutboxPollInterval)},
+		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", "100", num(&c.OutboxBatchSize)},
+		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", "30s", dur(&c.OutboxLease)},
+		{"outbox-retention", "INBOXD_OUTBOX_RETENTION", "how long sent outbox messages are kept before deletion", "24h", dur(&c.OutboxRetention)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
 		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", "info", str(&c.LogLevel)},
@@ -171,6 +180,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		problems = append(problems, "max-attempts must be at least 1")
+	}
+	if c.OutboxPollInterval <= 0 {
+		problems = append(problems, "outbox-poll-interval must be positive")
+	}
+	if c.OutboxBatchSize < 1 {
+		problems = append(problems, "outbox-batch-size must be at least 1")
+	}
+	if c.OutboxLease < time.Second {
+		problems = append(problems, "outbox-lease must be at least 1s")
+	}
+	if c.OutboxRetention <= 0 {
+		problems = append(problems, "outbox-retention must be positive")
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

@@ -28,6 +28,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/schema"
@@ -112,6 +113,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("configuring the api: %w", err)
 	}
 
+	// The outbox relay publishes on connections of its own, apart from the API's.
+	relayPub := stompx.NewPublisher(stompCfg, 1)
+	defer relayPub.Close()
+	relay := outbox.NewRelay(s.pool, relayPub, outbox.Config{
+		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
+		Retention: cfg.OutboxRetention,
+	}, s.m, s.log.With("component", "outbox"))
+
 	var hook *webhookServer
 	if cfg.WebhookAddr != "" {
 		if hook, err = s.newWebhook(engine); err != nil {
@@ -127,7 +136,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopWork()
 	defer stopAPI()
 
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	var intake, work, serving sync.WaitGroup
 	start := func(wg *sync.WaitGroup, name string, run func() error) {
 		wg.Add(1)
@@ -140,6 +149,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	start(&intake, "ingest", func() error { return sub.Run(intakeCtx) })
 	start(&work, "sweeper", func() error { return sweeper.Run(workCtx) })
+	start(&work, "outbox relay", func() error { return relay.Run(workCtx) })
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}

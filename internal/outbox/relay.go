@@ -1,0 +1,343 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/stompx"
+)
+
+// Publisher sends one persistent message and returns once the broker confirmed it;
+// *stompx.Publisher is one.
+type Publisher interface {
+	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
+}
+
+// Config tunes the relay. Zero values take the defaults.
+type Config struct {
+	// BatchSize bounds the rows claimed per pass. Default 100.
+	BatchSize int
+	// Lease is how long a claimed row stays invisible to other relays. A pass stops
+	// publishing at three quarters of it, so that no row is ever published by two
+	// relays at once. Default 30s.
+	Lease time.Duration
+	// PollInterval is the safety net between passes when nothing woke the relay.
+	// Default 1s.
+	PollInterval time.Duration
+	// PublishTimeout bounds one publish and its receipt. Default 10s.
+	PublishTimeout time.Duration
+	// Retention is how long sent rows are kept before deletion. Default 24h.
+	Retention time.Duration
+	// CleanupInterval is how often sent rows past Retention are deleted, in batches of
+	// CleanupBatch. Defaults 1m and 1000.
+	CleanupInterval time.Duration
+	CleanupBatch    int
+	// Listen, on PostgreSQL, wakes the relay on LISTEN/NOTIFY as soon as an emitting
+	// transaction commits, in this process or another. Default on; the poll stays.
+	NoListen bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.CleanupInterval <= 0 {
+		c.CleanupInterval = time.Minute
+	}
+	if c.CleanupBatch <= 0 {
+		c.CleanupBatch = 1000
+	}
+	return c
+}
+
+// Relay publishes outbox rows. Several relays (inboxd instances) can share one outbox.
+type Relay struct {
+	pool *pgxpool.Pool
+	pub  Publisher
+	cfg  Config
+	m    *metrics.Metrics
+	log  *slog.Logger
+	wake chan struct{}
+
+	statsMu   sync.Mutex
+	statsRead time.Time
+}
+
+// NewRelay builds a relay. m and log may be nil.
+func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg Config, m *metrics.Metrics, log *slog.Logger) *Relay {
+	if m == nil {
+		m = metrics.New()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the relay run a pass now (or right after the one under way).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx ends, then returns nil. A pass publishing when ctx ends is cut
+// short: what it published is marked sent, the rest is released for the next relay.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.cfg.NoListen && !r.onCockroach(ctx) {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); r.listen(ctx) }()
+		defer wg.Wait()
+	}
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	lastCleanup := time.Time{}
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	for ctx.Err() == nil {
+		n, err := r.RelayOnce(ctx)
+		r.refreshGauges(ctx)
+		if time.Since(lastCleanup) >= r.cfg.CleanupInterval {
+			lastCleanup = time.Now()
+			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
+				r.log.Error("outbox retention pass failed", "error", err)
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			r.log.Warn("outbox relay pass failed; retrying", "error", err, "attempt", backoff.Attempt()+1)
+			if backoff.Wait(ctx) != nil {
+				return nil
+			}
+			continue
+		}
+		backoff.Reset()
+		if n >= r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+	return nil
+}
+
+func (r *Relay) onCockroach(ctx context.Context) bool {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return false
+	}
+	defer c.Release()
+	return isCockroach(c.Conn())
+}
+
+// listen wakes the relay on every NOTIFY, on a connection of its own (outside the pool,
+// which it would otherwise hold forever). It reconnects after a failure; the poll
+// covers the gap.
+func (r *Relay) listen(ctx context.Context) {
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("outbox listener lost; polling meanwhile", "error", err)
+		if backoff.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connecting the outbox listener: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, pgOnlyListen); err != nil {
+		return fmt.Errorf("listening on %s: %w", NotifyChannel, err)
+	}
+	r.Wake() // whatever committed while nobody listened
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("waiting for outbox notifications: %w", err)
+		}
+		r.Wake()
+	}
+}
+
+type claimed struct {
+	id, destination string
+	headers         map[string]string
+	body            []byte
+	attempts        int64
+	createdAt       time.Time
+}
+
+// RelayOnce claims due rows and publishes them in order, stopping at the first failure.
+// It returns how many it published; the error is the first failure, if any.
+func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	start := time.Now()
+	rows, err := r.claim(ctx)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	// Stop well before the lease ends: past it, another relay may claim these rows.
+	pctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.Lease*3/4))
+	defer cancel()
+	var sent []string
+	var perr error
+	for _, row := range rows {
+		if perr = r.publish(pctx, row); perr != nil {
+			break
+		}
+		sent = append(sent, row.id)
+	}
+	// Records survive ctx's end: marking what the broker confirmed saves a republish.
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer dcancel()
+	var errs []error
+	if len(sent) > 0 {
+		if _, err := r.pool.Exec(dctx, sqlMarkSent, sent); err != nil {
+			errs = append(errs, fmt.Errorf("marking %d outbox rows sent (they will be sent again): %w", len(sent), err))
+		}
+		r.m.OutboxPublished.Add(float64(len(sent)))
+	}
+	if rest := rows[len(sent):]; len(rest) > 0 {
+		// The row that failed waits a backoff of its own, so that one message the broker
+		// keeps refusing cannot hold up the others; the rest are free at once.
+		failed, delay, reason := rest[0], time.Duration(0), "relay stopped"
+		if perr != nil && ctx.Err() == nil {
+			delay, reason = retryDelay(failed.attempts), perr.Error()
+			r.m.OutboxPublishErrors.Inc()
+		}
+		if _, err := r.pool.Exec(dctx, sqlRelease, []string{failed.id}, delay.Milliseconds(), truncate(reason, 1000)); err != nil {
+			errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", failed.id, err))
+		}
+		if len(rest) > 1 {
+			ids := make([]string, 0, len(rest)-1)
+			for _, row := range rest[1:] {
+				ids = append(ids, row.id)
+			}
+			if _, err := r.pool.Exec(dctx, sqlReleaseUntried, ids); err != nil {
+				errs = append(errs, fmt.Errorf("releasing %d outbox rows (they wait for their lease): %w", len(ids), err))
+			}
+		}
+	}
+	if perr != nil && ctx.Err() == nil {
+		errs = append([]error{perr}, errs...)
+	}
+	return len(sent), errors.Join(errs...)
+}
+
+// retryDelay is the wait before a failed row's next attempt: 1s doubling to 5m.
+func retryDelay(attempts int64) time.Duration {
+	d := time.Second
+	for i := int64(1); i < attempts && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
+	rows, err := r.pool.Query(ctx, sqlClaim, r.cfg.BatchSize, r.cfg.Lease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+		var c claimed
+		var hj []byte
+		if err := row.Scan(&c.id, &c.destination, &hj, &c.body, &c.attempts, &c.createdAt); err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal(hj, &c.headers); err != nil {
+			return c, fmt.Errorf("decoding headers of outbox row %s: %w", c.id, err)
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox rows: %w", err)
+	}
+	// The claim's UPDATE … RETURNING does not keep the subquery's order.
+	slices.SortStableFunc(out, func(a, b claimed) int { return a.createdAt.Compare(b.createdAt) })
+	return out, nil
+}
+
+func (r *Relay) publish(ctx context.Context, row claimed) error {
+	headers := make(map[string]string, len(row.headers)+1)
+	for k, v := range row.headers {
+		headers[k] = v
+	}
+	headers[HeaderOutboxID] = row.id
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	if err := r.pub.Publish(pctx, row.destination, row.body, headers); err != nil {
+		return fmt.Errorf("publishing outbox row %s to %s (attempt %d): %w", row.id, row.destination, row.attempts, err)
+	}
+	return nil
+}
+
+// Cleanup deletes sent rows older than Retention, in bounded batches, and returns how
+// many it deleted. It stops after 10 batches; the next round continues.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for range 10 {
+		tag, err := r.pool.Exec(ctx, sqlDeleteSent, r.cfg.Retention.Milliseconds(), r.cfg.CleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("deleting sent outbox rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(r.cfg.CleanupBatch) {
+			break
+		}
+	}
+	r.m.OutboxDeleted.Add(float64(total))
+	return total, nil
+}
+
+// refreshGauges updates the depth and age gauges, at most once per poll interval.
+func (r *Relay) refreshGauges(ctx context.Context) {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	if time.Since(r.statsRead) < r.cfg.PollInterval {
+		return
+	}
+	r.statsRead = time.Now()
+	st, err := ReadStats(ctx, r.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reading outbox stats", "error", err)
+		}
+		return
+	}
+	r.m.OutboxUnsent.Set(float64(st.Unsent))
+	r.m.OutboxOldestAge.Set(st.OldestUnsentAge().Seconds())
+}
