@@ -137,9 +137,14 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{Registry: cfg.Metrics.Registry})))
 	e.GET("/openapi.json", s.openAPI)
 
+	e.GET("/", s.index)
 	e.GET("/registration/form", s.registrationForm)
+	e.GET("/registration", s.registrationIndex)
 	e.POST("/registration", s.postRegistration)
+	// The reference tutorial posts to /registration/, with the slash.
+	e.POST("/registration/", s.postRegistration)
 
+	e.GET("/journal", s.journalIndex)
 	e.GET("/journal/stats", s.journalStats)
 	// One route serves both /journal/{type}-events and /journal/{id}: Echo allows one
 	// parameter child per path segment, so the handler tells them apart by the suffix.

@@ -424,7 +424,6 @@ func (f publisherFunc) Publish(ctx context.Context, dest string, body []byte, h 
 func TestBrokerOutageDuringRelay(t *testing.T) {
 	db := testenv.NewDB(t)
 	b := testenv.StartPrivateBroker(t)
-	b.Start()
 	dest := testenv.Queue(t)
 	got := consume(t, b.Addr, dest)
 
