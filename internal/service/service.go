@@ -123,7 +123,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	var hook *webhookServer
 	if cfg.WebhookAddr != "" {
-		if hook, err = s.newWebhook(engine); err != nil {
+		if hook, err = s.newWebhook(engine, relay); err != nil {
 			return err
 		}
 	}
@@ -190,7 +190,7 @@ type webhookServer struct {
 	log *slog.Logger
 }
 
-func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
+func (s *Service) newWebhook(engine *process.Engine, relay *outbox.Relay) (*webhookServer, error) {
 	cfg := s.cfg
 	hosts := append([]string{}, cfg.CertHosts...)
 	if u, err := url.Parse(cfg.WebhookURL); err == nil && u.Hostname() != "" {
@@ -212,6 +212,8 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)
+	// The outbox table's changefeed (CockroachDB) wakes the relay through the same server.
+	e.POST(WebhookPath+feed.OutboxSinkSuffix, echo.WrapHandler(outbox.WebhookHandler(relay, auth)))
 	ln, err := net.Listen("tcp", cfg.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for the webhook on %s: %w", cfg.WebhookAddr, err)
