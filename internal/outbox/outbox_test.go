@@ -504,3 +504,33 @@ func TestRetention(t *testing.T) {
 		t.Errorf("stats %+v, %v", st, err)
 	}
 }
+
+// A row whose stored headers cannot be decoded (written around Emit) waits with its
+// error recorded, and the rows after it are published all the same.
+func TestPoisonRowDoesNotBlock(t *testing.T) {
+	db := testenv.NewDB(t)
+	addr := testenv.Broker(t)
+	dest := testenv.Queue(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, destination, headers, body, created_at)
+		VALUES ('6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01', $1, '[1,2]', 'x', now() - INTERVAL '1 hour')`, dest); err != nil {
+		t.Fatal(err)
+	}
+	ids := emit(t, db.Pool, dest, 5)
+	got := consume(t, addr, dest)
+	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	t.Cleanup(func() { _ = pub.Close() })
+	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
+	testenv.Eventually(t, 30*time.Second, "the good rows published", func() bool {
+		d, _, _ := got.get()
+		return d == len(ids)
+	})
+	row, _, err := Get(ctx, db.Pool, "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01")
+	if err == nil || row.SentAt != nil {
+		// Get cannot decode it either; the row must still be unsent.
+		t.Errorf("poison row: %+v %v", row, err)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL AND last_error LIKE '%not an object%'`); n != 1 {
+		t.Errorf("poison row with its error recorded: %d", n)
+	}
+}

@@ -200,15 +200,31 @@ type claimed struct {
 	body            []byte
 	attempts        int64
 	createdAt       time.Time
+	bad             error // the row cannot be published as stored
 }
 
 // RelayOnce claims due rows and publishes them in order, stopping at the first failure.
 // It returns how many it published; the error is the first failure, if any.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	start := time.Now()
-	rows, err := r.claim(ctx)
-	if err != nil || len(rows) == 0 {
+	all, err := r.claim(ctx)
+	if err != nil || len(all) == 0 {
 		return 0, err
+	}
+	rows := all[:0]
+	for _, row := range all {
+		if row.bad == nil {
+			rows = append(rows, row)
+			continue
+		}
+		r.log.Error("outbox row cannot be published; fix or delete it", "id", row.id, "error", row.bad)
+		r.m.OutboxPublishErrors.Inc()
+		if _, err := r.pool.Exec(ctx, sqlRelease, []string{row.id}, retryDelay(row.attempts).Milliseconds(), truncate(row.bad.Error(), 1000)); err != nil {
+			return 0, fmt.Errorf("recording the failure of outbox row %s: %w", row.id, err)
+		}
+	}
+	if len(rows) == 0 {
+		return 0, nil
 	}
 	// Stop well before the lease ends: past it, another relay may claim these rows.
 	pctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.Lease*3/4))
@@ -279,7 +295,8 @@ func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
 			return c, err
 		}
 		if err := json.Unmarshal(hj, &c.headers); err != nil {
-			return c, fmt.Errorf("decoding headers of outbox row %s: %w", c.id, err)
+			// Only a row written around Emit can get here; it must not stall the others.
+			c.bad = fmt.Errorf("outbox row %s has headers that are not an object of strings: %w", c.id, err)
 		}
 		return c, nil
 	})
