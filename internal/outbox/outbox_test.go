@@ -288,7 +288,7 @@ func TestEmitThenCrashBeforeRelay(t *testing.T) {
 	}
 
 	got := consume(t, addr, dest)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
 	t.Cleanup(func() { _ = pub.Close() })
 	start := time.Now()
 	runRelay(t, pool2, pub, Config{PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second})
@@ -326,7 +326,7 @@ func TestTwoRelaysOneDatabase(t *testing.T) {
 	// One recorder for both relays, so overlaps across them show; each has its own connection.
 	shared := &sharedRecorder{rec: rec, pubs: map[int]Publisher{}}
 	for i := range 2 {
-		p := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+		p := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
 		shared.pubs[i] = p
 		t.Cleanup(func() { _ = p.Close() })
 	}
@@ -427,7 +427,7 @@ func TestBrokerOutageDuringRelay(t *testing.T) {
 	dest := testenv.Queue(t)
 	got := consume(t, b.Addr, dest)
 
-	pub := stompx.NewPublisher(stompx.Config{Addr: b.Addr, DialTimeout: 2 * time.Second, ReceiptTimeout: 3 * time.Second}, 1)
+	pub := stompx.NewPublisher(stompx.Config{Addr: b.Addr, DialTimeout: 2 * time.Second, ReceiptTimeout: 3 * time.Second}, 4)
 	t.Cleanup(func() { _ = pub.Close() })
 	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond, BatchSize: 20, PublishTimeout: 3 * time.Second})
 
@@ -533,4 +533,42 @@ func TestPoisonRowDoesNotBlock(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL AND last_error LIKE '%not an object%'`); n != 1 {
 		t.Errorf("poison row with its error recorded: %d", n)
 	}
+}
+
+// TestRelayThroughput measures (and logs) one relay draining a backlog to the local
+// broker: persistent sends, each waiting for its receipt. No timing is asserted.
+func TestRelayThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	db := testenv.NewDB(t)
+	addr := testenv.Broker(t)
+	dest := testenv.Queue(t)
+	ctx := context.Background()
+	const n = 2000
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		for i := range n {
+			if _, err := Emit(ctx, tx, Outgoing{Destination: dest, Body: fmt.Appendf(nil, `{"n":%d,"pad":"%0200d"}`, i, 0)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, addr, dest)
+	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
+	t.Cleanup(func() { _ = pub.Close() })
+	start := time.Now()
+	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
+	testenv.Eventually(t, 120*time.Second, "the backlog sent", func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+	})
+	took := time.Since(start)
+	testenv.Eventually(t, 60*time.Second, "the backlog received", func() bool {
+		d, _, _ := got.get()
+		return d == n
+	})
+	t.Logf("relay: %d rows sent in %s: %.0f msg/s (persistent, receipt per message, 4 connections)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,14 +43,21 @@ type Config struct {
 	// CleanupBatch. Defaults 1m and 1000.
 	CleanupInterval time.Duration
 	CleanupBatch    int
-	// Listen, on PostgreSQL, wakes the relay on LISTEN/NOTIFY as soon as an emitting
-	// transaction commits, in this process or another. Default on; the poll stays.
+	// Parallel bounds the publishes in flight; give the Publisher as many connections.
+	// Default 4.
+	Parallel int
+	// NoListen turns off the PostgreSQL wake-up: by default the relay LISTENs, and an
+	// emitting transaction's commit (in this process or another) wakes it at once. The
+	// poll stays either way.
 	NoListen bool
 }
 
 func (c Config) withDefaults() Config {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 4
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
@@ -229,49 +237,106 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	// Stop well before the lease ends: past it, another relay may claim these rows.
 	pctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.Lease*3/4))
 	defer cancel()
-	var sent []string
-	var perr error
-	for _, row := range rows {
-		if perr = r.publish(pctx, row); perr != nil {
-			break
-		}
-		sent = append(sent, row.id)
-	}
+	tried, perrs := r.publishAll(pctx, rows)
+
 	// Records survive ctx's end: marking what the broker confirmed saves a republish.
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer dcancel()
+	var sent, untried []string
 	var errs []error
+	var first error
+	for i, row := range rows {
+		switch {
+		case !tried[i]:
+			untried = append(untried, row.id)
+		case perrs[i] == nil:
+			sent = append(sent, row.id)
+		default:
+			// A row that failed waits a backoff of its own, so that one message the broker
+			// keeps refusing cannot hold up the others. Cut short by the lease or by
+			// shutdown, its outcome is unknown and it may go again at once.
+			delay, reason := time.Duration(0), perrs[i].Error()
+			if pctx.Err() == nil {
+				delay = retryDelay(row.attempts)
+				r.m.OutboxPublishErrors.Inc()
+				if first == nil {
+					first = perrs[i]
+				}
+			}
+			if _, err := r.pool.Exec(dctx, sqlRelease, []string{row.id}, delay.Milliseconds(), truncate(reason, 1000)); err != nil {
+				errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", row.id, err))
+			}
+		}
+	}
 	if len(sent) > 0 {
 		if _, err := r.pool.Exec(dctx, sqlMarkSent, sent); err != nil {
 			errs = append(errs, fmt.Errorf("marking %d outbox rows sent (they will be sent again): %w", len(sent), err))
 		}
 		r.m.OutboxPublished.Add(float64(len(sent)))
 	}
-	if rest := rows[len(sent):]; len(rest) > 0 {
-		// The row that failed waits a backoff of its own, so that one message the broker
-		// keeps refusing cannot hold up the others; the rest are free at once.
-		failed, delay, reason := rest[0], time.Duration(0), "relay stopped"
-		if perr != nil && ctx.Err() == nil {
-			delay, reason = retryDelay(failed.attempts), perr.Error()
-			r.m.OutboxPublishErrors.Inc()
-		}
-		if _, err := r.pool.Exec(dctx, sqlRelease, []string{failed.id}, delay.Milliseconds(), truncate(reason, 1000)); err != nil {
-			errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", failed.id, err))
-		}
-		if len(rest) > 1 {
-			ids := make([]string, 0, len(rest)-1)
-			for _, row := range rest[1:] {
-				ids = append(ids, row.id)
-			}
-			if _, err := r.pool.Exec(dctx, sqlReleaseUntried, ids); err != nil {
-				errs = append(errs, fmt.Errorf("releasing %d outbox rows (they wait for their lease): %w", len(ids), err))
-			}
+	if len(untried) > 0 {
+		if _, err := r.pool.Exec(dctx, sqlReleaseUntried, untried); err != nil {
+			errs = append(errs, fmt.Errorf("releasing %d outbox rows (they wait for their lease): %w", len(untried), err))
 		}
 	}
-	if perr != nil && ctx.Err() == nil {
-		errs = append([]error{perr}, errs...)
+	if first != nil && ctx.Err() == nil {
+		errs = append([]error{first}, errs...)
 	}
 	return len(sent), errors.Join(errs...)
+}
+
+// publishAll publishes rows, Parallel at a time. Rows of one destination and message
+// group (JMSXGroupID, else aggregate-id) go one after another in emit order; a group's
+// first failure ends it, and any failure stops the pass from starting more publishes
+// (a broker that is down would otherwise cost a dial timeout per row). tried[i] tells
+// whether row i was attempted, errs[i] how it failed.
+func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, errs []error) {
+	tried, errs = make([]bool, len(rows)), make([]error, len(rows))
+	var groups [][]int
+	byKey := map[string]int{}
+	for i, row := range rows {
+		g := row.headers["JMSXGroupID"]
+		if g == "" {
+			g = row.headers["aggregate-id"]
+		}
+		if g == "" {
+			g = "\x00" + row.id // no group: free to go in parallel
+		}
+		key := row.destination + "\x00" + g
+		if j, ok := byKey[key]; ok {
+			groups[j] = append(groups[j], i)
+			continue
+		}
+		byKey[key] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	var stop atomic.Bool
+	work := make(chan []int)
+	var wg sync.WaitGroup
+	for range min(r.cfg.Parallel, len(groups)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range work {
+				for _, i := range g {
+					if stop.Load() || ctx.Err() != nil {
+						break
+					}
+					tried[i] = true // each index belongs to one group, so to one goroutine
+					if errs[i] = r.publish(ctx, rows[i]); errs[i] != nil {
+						stop.Store(true)
+						break
+					}
+				}
+			}
+		}()
+	}
+	for _, g := range groups {
+		work <- g
+	}
+	close(work)
+	wg.Wait()
+	return tried, errs
 }
 
 // retryDelay is the wait before a failed row's next attempt: 1s doubling to 5m.

@@ -114,11 +114,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	// The outbox relay publishes on connections of its own, apart from the API's.
-	relayPub := stompx.NewPublisher(stompCfg, 1)
+	const relayConns = 4
+	relayPub := stompx.NewPublisher(stompCfg, relayConns)
 	defer relayPub.Close()
 	relay := outbox.NewRelay(s.pool, relayPub, outbox.Config{
 		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
-		Retention: cfg.OutboxRetention,
+		Retention: cfg.OutboxRetention, Parallel: relayConns,
 	}, s.m, s.log.With("component", "outbox"))
 
 	var hook *webhookServer
