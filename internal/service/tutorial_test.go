@@ -2,18 +2,25 @@ package service_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/registration"
+	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -146,5 +153,50 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// The outbox feed's route on the webhook server: authenticated like the journal's,
+// 2xx for a valid changefeed message (which wakes the relay), 4xx otherwise.
+func TestOutboxWebhookRoute(t *testing.T) {
+	db := testenv.NewDB(t)
+	hookAddr := freeAddr(t)
+	certDir := t.TempDir()
+	startService(t, db, testenv.Queue(t), func(c *config.Config) {
+		c.WebhookAddr, c.WebhookToken, c.CertDir = hookAddr, "s3cret", certDir
+	})
+	roots := x509.NewCertPool()
+	testenv.Eventually(t, 30*time.Second, "the generated webhook CA", func() bool {
+		ca, err := os.ReadFile(filepath.Join(certDir, certs.CAFile))
+		return err == nil && roots.AppendCertsFromPEM(ca)
+	})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	url := "https://" + hookAddr + service.WebhookPath + feed.OutboxSinkSuffix
+	post := func(auth, body string) int {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		r, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", url, err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	row := `{"payload":[{"after":{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"},"updated":"1629813621680097993.0000000000"}],"length":1}`
+	for _, tt := range []struct {
+		auth, body string
+		want       int
+	}{
+		{"Bearer s3cret", row, 200},
+		{"Bearer s3cret", `{"resolved":"1629813621680097993.0000000000"}`, 200},
+		{"", row, 401},
+		{"Bearer s3cret", `not json`, 400},
+	} {
+		if got := post(tt.auth, tt.body); got != tt.want {
+			t.Errorf("POST %q with %q: %d, want %d", tt.body, tt.auth, got, tt.want)
+		}
 	}
 }
