@@ -115,7 +115,7 @@ func (r *Relay) Wake() {
 // Run relays until ctx ends, then returns nil. A pass publishing when ctx ends is cut
 // short: what it published is marked sent, the rest is released for the next relay.
 func (r *Relay) Run(ctx context.Context) error {
-	if !r.cfg.NoListen && !r.onCockroach(ctx) {
+	if !r.cfg.NoListen {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); r.listen(ctx) }()
@@ -158,15 +158,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) onCockroach(ctx context.Context) bool {
-	c, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return false
-	}
-	defer c.Release()
-	return isCockroach(c.Conn())
-}
-
 // listen wakes the relay on every NOTIFY, on a connection of its own (outside the pool,
 // which it would otherwise hold forever). It reconnects after a failure; the poll
 // covers the gap.
@@ -174,7 +165,7 @@ func (r *Relay) listen(ctx context.Context) {
 	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
 	for ctx.Err() == nil {
 		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errNoListen) {
 			return
 		}
 		r.log.Warn("outbox listener lost; polling meanwhile", "error", err)
@@ -184,12 +175,18 @@ func (r *Relay) listen(ctx context.Context) {
 	}
 }
 
+// errNoListen ends the listener on CockroachDB, which has no LISTEN/NOTIFY.
+var errNoListen = errors.New("no LISTEN/NOTIFY on CockroachDB")
+
 func (r *Relay) listenOnce(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("connecting the outbox listener: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if isCockroach(conn) {
+		return errNoListen // the outbox changefeed wakes the relay there
+	}
 	if _, err := conn.Exec(ctx, pgOnlyListen); err != nil {
 		return fmt.Errorf("listening on %s: %w", NotifyChannel, err)
 	}

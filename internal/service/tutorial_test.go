@@ -170,6 +170,13 @@ func TestOutboxWebhookRoute(t *testing.T) {
 		ca, err := os.ReadFile(filepath.Join(certDir, certs.CAFile))
 		return err == nil && roots.AppendCertsFromPEM(ca)
 	})
+	testenv.Eventually(t, 30*time.Second, "the webhook listening", func() bool {
+		c, err := net.DialTimeout("tcp", hookAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	url := "https://" + hookAddr + service.WebhookPath + feed.OutboxSinkSuffix
 	post := func(auth, body string) int {
