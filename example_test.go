@@ -27,3 +27,18 @@ func Example() {
 	fmt.Println("registered")
 	// Output: registered
 }
+
+// A handler that emits an event: the outbox row commits with the event's effect and its
+// PROCESSED status, and the relay publishes it afterwards, with header outbox-id.
+func ExampleEmit() {
+	inboxd.Register("order.paid", inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
+		_, err := inboxd.Emit(ctx, tx, inboxd.Outgoing{
+			Destination: "/queue/shipping-requests",
+			Body:        ev.Payload,
+			Headers:     map[string]string{"content-type": "application/json", "event-type": "shipping.requested"},
+		})
+		return err
+	}))
+	fmt.Println("registered")
+	// Output: registered
+}

@@ -19,9 +19,13 @@
 package inboxd
 
 import (
+	"context"
 	"os"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxd/inboxd/internal/cli"
+	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 )
 
@@ -47,3 +51,21 @@ func Register(eventType string, h Handler) { cli.Handlers.Register(eventType, h)
 // Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
 // returns the exit code.
 func Main() int { return cli.Main(os.Args[1:], os.Stdout, os.Stderr) }
+
+// Outgoing is a message a handler emits: Destination ("/queue/x" or "/topic/x"), Body,
+// extra STOMP Headers, and an optional ID (a UUID; a new one when empty).
+type Outgoing = outbox.Outgoing
+
+// ErrInvalidOutgoing matches (errors.Is) Emit's error for a message it refuses.
+var ErrInvalidOutgoing = outbox.ErrInvalid
+
+// ErrDuplicateOutgoing matches Emit's error for an Outgoing.ID already in the outbox:
+// with an ID derived from the event, a handler that runs again can ignore it.
+var ErrDuplicateOutgoing = outbox.ErrDuplicateID
+
+// Emit writes a message to the transactional outbox in tx, the handler's processing
+// transaction, and returns its id. inboxd publishes it to the broker (persistent,
+// confirmed by a receipt) after tx commits, and never if tx rolls back. Delivery is at
+// least once: every message carries its id in the "outbox-id" header for the receiver
+// to deduplicate; put the same id in the body's "id" for a downstream inboxd.
+func Emit(ctx context.Context, tx pgx.Tx, o Outgoing) (string, error) { return outbox.Emit(ctx, tx, o) }

@@ -74,6 +74,11 @@ for _ in 1 2; do
   curl -fsS "$api/registration/form" | curl -sS -H 'Content-Type: application/json' -d @- "$api/registration" | jq -c .
 done
 
+step "The reference tutorial's inline registration, posted to /registration/ (with the slash) as it does"
+show "curl -d '{\"name\":\"User\",\"email\":\"user@email.com\",\"jurisdiction\":\"mga\",\"createdAt\":\"2023-01-12T09:21:04.571+00:00\"}' -H Content-Type:application/json -X POST $api/registration/"
+curl -fsS -d '{"name":"User","email":"user@email.com","jurisdiction":"mga","createdAt":"2023-01-12T09:21:04.571+00:00"}' \
+  -H "Content-Type:application/json" -X POST "$api/registration/" | jq -c .
+
 step "Post an invalid registration: it is refused with a clear error"
 show "curl -X POST $api/registration -d '{\"name\":\"\",\"email\":\"not-an-email\",\"jurisdiction\":\"mga\"}'"
 code=$(curl -sS -o "$state/invalid.json" -w '%{http_code}' -H 'Content-Type: application/json' \
@@ -101,6 +106,24 @@ echo "entries with id $id: $n (posted twice, journaled once)"
 step "Ingest counters: the second post was a duplicate, collapsed by the journal's key"
 curl -fsS "$api/metrics" | grep -E '^inboxd_ingest_(received|duplicates|committed|acked)_total' || true
 
+step "The outbox: each new customer emitted customer-registered to /queue/customer-events, in its processing transaction"
+for _ in $(seq 1 100); do
+  sent=$(curl -fsS "$api/journal/stats" | jq '.outbox.sent')
+  unsent=$(curl -fsS "$api/journal/stats" | jq '.outbox.unsent')
+  ((sent >= 1 && unsent == 0)) && break
+  sleep 0.1
+done
+show "curl $api/journal/stats | jq .outbox"
+curl -fsS "$api/journal/stats" | jq -c .outbox
+((sent >= 1 && unsent == 0)) || { echo "the outbox relay did not publish customer-registered" >&2; exit 1; }
+curl -fsS "$api/metrics" | grep -E '^inboxd_outbox_(published_total|unsent) ' || true
+if [[ $INBOXD_DATABASE_URL == postgres* ]] && command -v psql >/dev/null; then
+  q="SELECT id, destination, attempts, sent_at, headers->>'event-type' AS event_type FROM outbox ORDER BY created_at DESC LIMIT 5"
+  show "psql -c \"$q\""
+  psql "$INBOXD_DATABASE_URL" -P pager=off -c "$q"
+fi
+echo "Each message carries header outbox-id and the same id in its body, so a downstream inbox drops redeliveries."
+
 step "Stats"
 curl -fsS "$api/journal/stats" | jq -c .
 
@@ -113,6 +136,7 @@ Where to look next:
   curl '$api/journal/registration-events?jurisdiction=mga&order=asc&limit=10'
   curl $api/journal/$id
   curl $api/journal/stats
+  curl $api/                                   # links to everything
   curl $api/metrics | grep '^inboxd_'
   curl $api/openapi.json | jq '.paths | keys'
   webhook CA for the changefeed's ca_cert=: $INBOXD_CERT_DIR/ca.b64

@@ -130,7 +130,8 @@ browser_install() {
 }
 
 case "${1:-up}" in
-  up) postgres_up; activemq_up ;;
+  up) command -v curl >/dev/null || apt_install curl  # the tutorial test runs curl
+    postgres_up; activemq_up ;;
   down) activemq_down ;;
   activemq-restart) activemq_down; activemq_up ;;
   browser) browser_install ;;

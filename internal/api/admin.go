@@ -206,6 +206,7 @@ func (s *Server) adminListQuarantine(c echo.Context) error {
 		at := last.ReceivedAt.UTC()
 		out.NextCursor = encodeCursor(cursor{Kind: cursorQuarantine, Desc: p.Desc, At: &at, ID: last.ID})
 	}
+	out.Links = pageLinks(c, out.NextCursor)
 	return c.JSON(http.StatusOK, out)
 }
 

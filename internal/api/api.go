@@ -156,9 +156,14 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{Registry: cfg.Metrics.Registry})))
 	e.GET("/openapi.json", s.openAPI)
 
+	e.GET("/", s.index)
 	e.GET("/registration/form", s.registrationForm)
+	e.GET("/registration", s.registrationIndex)
 	post("/registration", s.postRegistration)
+	// The reference tutorial posts to /registration/, with the slash.
+	post("/registration/", s.postRegistration)
 
+	e.GET("/journal", s.journalIndex, s.read)
 	// The journal holds personal data: reads need the read (or admin) token, or localhost.
 	e.GET("/journal/stats", s.journalStats, s.read)
 	e.GET("/journal/rates", s.journalRates, s.read)

@@ -12,6 +12,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/outbox"
 )
 
 // entry is a journal entry as the API shows it.
@@ -29,6 +30,7 @@ type entry struct {
 	UpdatedAt     time.Time       `json:"updated_at"`
 	ProcessedAt   *time.Time      `json:"processed_at"`
 	Payload       json.RawMessage `json:"payload"`
+	Links         links           `json:"_links"`
 }
 
 func toEntry(r journal.Record) entry {
@@ -37,6 +39,10 @@ func toEntry(r journal.Record) entry {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError,
 		NextAttemptAt: r.NextAttemptAt.UTC(), ReceivedAt: r.ReceivedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		ProcessedAt: utcPtr(r.ProcessedAt), Payload: r.Payload,
+		Links: links{
+			"self":   {Href: "/journal/" + r.ID},
+			"events": {Href: eventsPath(r.EventType)},
+		},
 	}
 }
 
@@ -53,6 +59,8 @@ type page[T any] struct {
 	Items []T `json:"items"`
 	// NextCursor is absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
+	// Links has self, and next unless this is the last page.
+	Links links `json:"_links"`
 }
 
 // journalRef serves GET /journal/{type}-events and GET /journal/{id}.
@@ -88,6 +96,7 @@ func (s *Server) respondEvents(c echo.Context, q eventQuery) error {
 	if more {
 		out.NextCursor = encodeCursor(cursor{Kind: cursorJournal, Desc: q.Page.Desc, Seq: recs[len(recs)-1].SequenceNo})
 	}
+	out.Links = pageLinks(c, out.NextCursor)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -124,6 +133,17 @@ type statsResponse struct {
 	OldestPendingReceivedAt *time.Time      `json:"oldest_pending_received_at"`
 	Quarantine              quarantineStats `json:"quarantine"`
 	FeedWatermarks          []watermarkJSON `json:"feed_watermarks"`
+	Outbox                  outboxStats     `json:"outbox"`
+}
+
+// outboxStats is the transactional outbox: messages handlers emitted, and whether the
+// broker has them yet.
+type outboxStats struct {
+	Unsent int64 `json:"unsent"`
+	// Sent counts rows still retained (INBOXD_OUTBOX_RETENTION).
+	Sent                   int64      `json:"sent"`
+	OldestUnsentAgeSeconds float64    `json:"oldest_unsent_age_seconds"`
+	OldestUnsentCreatedAt  *time.Time `json:"oldest_unsent_created_at"`
 }
 
 type quarantineStats struct {
@@ -155,6 +175,12 @@ func (s *Server) journalStats(c echo.Context) error {
 		Quarantine:              quarantineStats{Total: st.Quarantined, NotReinjected: st.QuarantineNotReinjected},
 		FeedWatermarks:          make([]watermarkJSON, 0, len(wms)),
 	}
+	ob, err := outbox.ReadStats(ctx, s.cfg.Pool)
+	if err != nil {
+		return internal("reading outbox stats", err)
+	}
+	out.Outbox = outboxStats{Unsent: ob.Unsent, Sent: ob.Sent, OldestUnsentAgeSeconds: ob.OldestUnsentAge().Seconds(),
+		OldestUnsentCreatedAt: utcPtr(ob.OldestUnsent)}
 	if st.OldestPending != nil {
 		out.OldestPendingAgeSeconds = max(0, st.Now.Sub(*st.OldestPending).Seconds())
 	}

@@ -129,15 +129,27 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		id, err := m.Create(ctx, opts)
-		if errors.Is(err, feed.ErrFeedExists) {
+		switch {
+		case errors.Is(err, feed.ErrFeedExists):
 			// Idempotent on purpose: re-running a deployment must not fail here.
 			fmt.Fprintf(e.stdout, "changefeed for %s already exists: %v\n", cfg.WebhookURL, err)
-			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return err
+		default:
+			fmt.Fprintf(e.stdout, "created changefeed job %d → %s\n", id, cfg.WebhookURL)
 		}
-		fmt.Fprintf(e.stdout, "created changefeed job %d → %s\n", id, cfg.WebhookURL)
+		// The outbox table's feed wakes the outbox relay through the same webhook.
+		opts.SinkURL = cfg.WebhookURL + feed.OutboxSinkSuffix
+		opts.Cursor = ""
+		id, err = m.CreateOutbox(ctx, opts)
+		switch {
+		case errors.Is(err, feed.ErrFeedExists):
+			fmt.Fprintf(e.stdout, "changefeed for %s already exists: %v\n", opts.SinkURL, err)
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(e.stdout, "created outbox changefeed job %d → %s\n", id, opts.SinkURL)
+		}
 		return nil
 	case "status":
 		id, err := job()

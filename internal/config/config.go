@@ -76,6 +76,10 @@ type Config struct {
 
 	Retention           time.Duration // PROCESSED and REJECTED journal entries; 0 keeps them forever
 	QuarantineRetention time.Duration // quarantine rows; 0 keeps them forever
+	OutboxPollInterval  time.Duration
+	OutboxBatchSize     int
+	OutboxLease         time.Duration
+	OutboxRetention     time.Duration
 
 	ShutdownTimeout time.Duration
 	StallAfter      time.Duration
@@ -182,6 +186,10 @@ func settings(c *Config) []setting {
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", "168h", dur(&c.Retention)},
 		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", "720h", dur(&c.QuarantineRetention)},
+		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", "1s", dur(&c.OutboxPollInterval)},
+		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", "100", num(&c.OutboxBatchSize)},
+		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", "30s", dur(&c.OutboxLease)},
+		{"outbox-retention", "INBOXD_OUTBOX_RETENTION", "how long sent outbox messages are kept before deletion", "24h", dur(&c.OutboxRetention)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
 		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", "60s", dur(&c.StallAfter)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
@@ -278,6 +286,18 @@ func (c *Config) Validate() error {
 		if d != 0 && (d < time.Second || d%time.Second != 0) {
 			problems = append(problems, fmt.Sprintf("%s %s: want 0 or a whole number of seconds, at least 1s", name, d))
 		}
+	}
+	if c.OutboxPollInterval <= 0 {
+		problems = append(problems, "outbox-poll-interval must be positive")
+	}
+	if c.OutboxBatchSize < 1 {
+		problems = append(problems, "outbox-batch-size must be at least 1")
+	}
+	if c.OutboxLease < time.Second {
+		problems = append(problems, "outbox-lease must be at least 1s")
+	}
+	if c.OutboxRetention <= 0 {
+		problems = append(problems, "outbox-retention must be positive")
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

@@ -443,3 +443,35 @@ func fmtDuration(d time.Duration) string {
 func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
+
+// OutboxSinkSuffix is appended to the journal webhook's path for the outbox feed: the
+// same HTTPS webhook server, a route of its own (see outbox.WebhookHandler).
+const OutboxSinkSuffix = "/outbox"
+
+// BuildOutboxCreate returns the CREATE CHANGEFEED of the outbox table, CockroachDB's
+// replacement for PostgreSQL's NOTIFY: a CDC query that emits the id of every outbox row
+// written and not yet sent, to the outbox route of inboxd's webhook, which wakes the
+// relay. o.SinkURL is that route's URL (the journal sink + OutboxSinkSuffix); o.Mode and
+// o.Table are ignored.
+//
+// The WHERE clause sees the new version of a row only, so marking a row sent emits
+// nothing, and retention's deletes are dropped by the CDC query; a lease update of an
+// unsent row does emit again, which only wakes the relay once more. The rows stay in the
+// table until the broker has them, so the webhook answers 2xx at once and the feed never
+// blocks on the broker.
+// https://www.cockroachlabs.com/docs/stable/cdc-queries (section "Queries and the outbox pattern")
+// https://www.cockroachlabs.com/docs/stable/create-changefeed
+func BuildOutboxCreate(o Options) (string, error) {
+	o.Mode, o.Table = ModeFiltered, "outbox"
+	o = o.withDefaults()
+	sink, err := o.validate()
+	if err != nil {
+		return "", err
+	}
+	opts, err := o.withClause()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("CREATE CHANGEFEED INTO %s WITH %s AS SELECT id FROM outbox WHERE sent_at IS NULL",
+		quote(sinkURI(sink, o)), opts), nil
+}

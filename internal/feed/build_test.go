@@ -221,3 +221,24 @@ func TestJob(t *testing.T) {
 		t.Error("empty high-water not zero")
 	}
 }
+
+// The outbox feed: a CDC query on unsent rows, to the outbox route of the same webhook.
+func TestBuildOutboxCreate(t *testing.T) {
+	o := DefaultOptions("webhook-https://inboxd:8443/changefeed"+OutboxSinkSuffix, testCA, "Bearer s3cret")
+	o.Mode = ModeTable // ignored: the outbox feed is always a CDC query
+	got, err := BuildOutboxCreate(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CREATE CHANGEFEED INTO 'webhook-https://inboxd:8443/changefeed/outbox?ca_cert=" + testCAQ + "' " +
+		"WITH envelope = 'wrapped', updated, resolved = '10s', min_checkpoint_frequency = '10s', " +
+		"webhook_auth_header = 'Bearer s3cret', webhook_client_timeout = '10s', " +
+		`webhook_sink_config = '{"Flush":{"Messages":100,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
+		"AS SELECT id FROM outbox WHERE sent_at IS NULL"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if _, err := BuildOutboxCreate(Options{SinkURL: "http://inboxd/changefeed/outbox"}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("a non-webhook-https sink: %v", err)
+	}
+}

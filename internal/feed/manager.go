@@ -177,7 +177,17 @@ func (m *Manager) find(ctx context.Context, sinkURL string) (Job, error) {
 // ErrFeedExists, when a live changefeed already targets the same sink: two feeds would
 // deliver every row twice.
 func (m *Manager) Create(ctx context.Context, o Options) (int64, error) {
-	stmt, err := BuildCreate(o)
+	return m.create(ctx, o, BuildCreate)
+}
+
+// CreateOutbox starts the outbox table's changefeed (BuildOutboxCreate), o.SinkURL
+// being the webhook's outbox route; like Create, it refuses a second one.
+func (m *Manager) CreateOutbox(ctx context.Context, o Options) (int64, error) {
+	return m.create(ctx, o, BuildOutboxCreate)
+}
+
+func (m *Manager) create(ctx context.Context, o Options, build func(Options) (string, error)) (int64, error) {
+	stmt, err := build(o)
 	if err != nil {
 		return 0, err
 	}

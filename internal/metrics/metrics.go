@@ -42,6 +42,13 @@ type Metrics struct {
 	// and what the health monitor currently finds stuck.
 	Stalled                  *prometheus.GaugeVec // 1 while a component is stuck, by component
 	lastCommit, lastProgress atomic.Int64         // unix nanos; start time until the first
+
+	// Outbox (handlers' emitted messages → broker).
+	OutboxUnsent        prometheus.Gauge // rows not yet confirmed by the broker, refreshed by the relay
+	OutboxOldestAge     prometheus.Gauge // seconds the oldest unsent row has waited
+	OutboxPublished     prometheus.Counter
+	OutboxPublishErrors prometheus.Counter
+	OutboxDeleted       prometheus.Counter // sent rows removed by retention
 }
 
 // MarkIngestCommit records that an ingest batch was committed and acked just now.
@@ -81,6 +88,17 @@ func New() *Metrics {
 	m.Dead = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_dead_events", Help: "Journal entries in status DEAD."})
 	m.SweeperRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_sweeper_runs_total", Help: "Sweeper passes."})
 	m.SweeperPicked = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_sweeper_picked_total", Help: "Events the sweeper picked up, by kind."}, []string{"kind"})
+
+	m.OutboxUnsent = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_outbox_unsent", Help: "Outbox rows not yet published (confirmed by the broker)."})
+	m.OutboxOldestAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_outbox_oldest_unsent_age_seconds", Help: "How long the oldest unsent outbox row has waited."})
+	m.OutboxPublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_outbox_published_total", Help: "Outbox rows published and confirmed by the broker."})
+	m.OutboxPublishErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_outbox_publish_errors_total", Help: "Failed outbox publishes (retried)."})
+	m.OutboxDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_outbox_deleted_total", Help: "Sent outbox rows deleted by retention."})
+	f(m.OutboxUnsent)
+	f(m.OutboxOldestAge)
+	f(m.OutboxPublished)
+	f(m.OutboxPublishErrors)
+	f(m.OutboxDeleted)
 
 	now := time.Now().UnixNano()
 	m.lastCommit.Store(now)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 )
 
@@ -63,6 +64,25 @@ func validJurisdiction(s string) bool {
 	return true
 }
 
+// EventCustomerRegistered is the type of the event Handle emits for a new customer.
+const EventCustomerRegistered = "customer-registered"
+
+// CustomerEventsDestination is where Handle emits customer-registered events.
+const CustomerEventsDestination = "/queue/customer-events"
+
+// CustomerRegistered is the payload of a customer-registered event. ID is the outbox id,
+// so an inbox downstream (inboxd included) journals it once.
+type CustomerRegistered struct {
+	ID           string    `json:"id"`
+	Type         string    `json:"type"`
+	CustomerID   string    `json:"customerId"`
+	Jurisdiction string    `json:"jurisdiction"`
+	Email        string    `json:"email"`
+	Name         string    `json:"name"`
+	RegisteredAt time.Time `json:"registeredAt"`
+	AggregateID  string    `json:"aggregateId"`
+}
+
 // Handler creates the customer of a registration event. Invalid input and an email
 // already taken in the jurisdiction are business rejections.
 var Handler process.Handler = process.HandlerFunc(Handle)
@@ -76,7 +96,33 @@ func Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 	// The customer is keyed by the event, not by the payload's own id field (they are
 	// equal in the journal, but the event id is what makes a replay a no-op).
 	r.ID = ev.ID
-	return Insert(ctx, tx, r)
+	if err := Insert(ctx, tx, r); err != nil {
+		return err
+	}
+	return emitRegistered(ctx, tx, r)
+}
+
+// emitRegistered writes the customer-registered event to the outbox, in the same
+// transaction as the customer: it is published if and only if the customer exists.
+// Its id derives from the registration, so a replay emits nothing new.
+func emitRegistered(ctx context.Context, tx pgx.Tx, r Registration) error {
+	id := outbox.DerivedID(EventCustomerRegistered, r.ID)
+	agg := r.Jurisdiction + ":" + r.Email
+	body, err := json.Marshal(CustomerRegistered{
+		ID: id, Type: EventCustomerRegistered, CustomerID: r.ID, Jurisdiction: r.Jurisdiction,
+		Email: r.Email, Name: r.Name, RegisteredAt: r.CreatedAt.UTC(), AggregateID: agg,
+	})
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", EventCustomerRegistered, err)
+	}
+	_, err = outbox.Emit(ctx, tx, outbox.Outgoing{
+		ID: id, Destination: CustomerEventsDestination, Body: body,
+		Headers: map[string]string{"content-type": "application/json", "event-type": EventCustomerRegistered, "aggregate-id": agg, "JMSXGroupID": agg},
+	})
+	if errors.Is(err, outbox.ErrDuplicateID) {
+		return nil // emitted by an earlier run of this event
+	}
+	return err
 }
 
 // Insert creates the customer. A replay of the same event is a no-op; the same email

@@ -2,11 +2,13 @@ package registration_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/registration"
@@ -124,5 +126,21 @@ func TestHandle(t *testing.T) {
 	cust, ok, err := registration.Get(ctx, db.Pool, a)
 	if err != nil || !ok || cust.Email != "ada@example.com" || cust.Jurisdiction != "mga" || cust.Name != "Ada" {
 		t.Errorf("customer %s = %+v, %v, %v", a, cust, ok, err)
+	}
+	// One customer-registered outbox row per customer: none for rejections, none more
+	// for the replay (its id derives from the registration).
+	var rows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("outbox rows = %d, %v; want 2, one per customer", rows, err)
+	}
+	row, ok, err := outbox.Get(ctx, db.Pool, outbox.DerivedID(registration.EventCustomerRegistered, a))
+	if err != nil || !ok {
+		t.Fatalf("no customer-registered row for %s: %v", a, err)
+	}
+	var ev registration.CustomerRegistered
+	if err := json.Unmarshal(row.Body, &ev); err != nil || ev.ID != row.ID || ev.CustomerID != a || ev.Type != registration.EventCustomerRegistered ||
+		row.Destination != registration.CustomerEventsDestination || row.Headers["event-type"] != registration.EventCustomerRegistered ||
+		row.Headers["aggregate-id"] != "mga:ada@example.com" {
+		t.Errorf("customer-registered row %+v, body %s: %v", row, row.Body, err)
 	}
 }

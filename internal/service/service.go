@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -157,9 +158,18 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("configuring the console: %w", err)
 	}
 
+	// The outbox relay publishes on connections of its own, apart from the API's.
+	const relayConns = 4
+	relayPub := stompx.NewPublisher(stompCfg, relayConns)
+	defer relayPub.Close()
+	relay := outbox.NewRelay(s.pool, relayPub, outbox.Config{
+		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
+		Retention: cfg.OutboxRetention, Parallel: relayConns,
+	}, s.m, s.log.With("component", "outbox"))
+
 	var hook *webhookServer
 	if cfg.WebhookAddr != "" {
-		if hook, err = s.newWebhook(engine); err != nil {
+		if hook, err = s.newWebhook(engine, relay); err != nil {
 			return err
 		}
 	}
@@ -192,6 +202,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return sub.Run(intakeCtx)
 	})
 	start(&work, "sweeper", func() error { return sweeper.Run(workCtx) })
+	start(&work, "outbox relay", func() error { return relay.Run(workCtx) })
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}
@@ -258,7 +269,7 @@ type webhookServer struct {
 	log *slog.Logger
 }
 
-func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
+func (s *Service) newWebhook(engine *process.Engine, relay *outbox.Relay) (*webhookServer, error) {
 	cfg := s.cfg
 	hosts := append([]string{}, cfg.CertHosts...)
 	if u, err := url.Parse(cfg.WebhookURL); err == nil && u.Hostname() != "" {
@@ -287,6 +298,8 @@ func (s *Service) newWebhook(engine *process.Engine) (*webhookServer, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)
+	// The outbox table's changefeed (CockroachDB) wakes the relay through the same server.
+	e.POST(WebhookPath+feed.OutboxSinkSuffix, echo.WrapHandler(outbox.WebhookHandler(relay, "Bearer "+token)))
 	ln, err := net.Listen("tcp", cfg.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for the webhook on %s: %w", cfg.WebhookAddr, err)

@@ -1,0 +1,422 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/stompx"
+)
+
+// Publisher sends one persistent message and returns once the broker confirmed it;
+// *stompx.Publisher is one.
+type Publisher interface {
+	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
+}
+
+// Config tunes the relay. Zero values take the defaults.
+type Config struct {
+	// BatchSize bounds the rows claimed per pass. Default 100.
+	BatchSize int
+	// Lease is how long a claimed row stays invisible to other relays. A pass stops
+	// publishing at three quarters of it, so that no row is ever published by two
+	// relays at once. Default 30s.
+	Lease time.Duration
+	// PollInterval is the safety net between passes when nothing woke the relay.
+	// Default 1s.
+	PollInterval time.Duration
+	// PublishTimeout bounds one publish and its receipt. Default 10s.
+	PublishTimeout time.Duration
+	// Retention is how long sent rows are kept before deletion. Default 24h.
+	Retention time.Duration
+	// CleanupInterval is how often sent rows past Retention are deleted, in batches of
+	// CleanupBatch. Defaults 1m and 1000.
+	CleanupInterval time.Duration
+	CleanupBatch    int
+	// Parallel bounds the publishes in flight; give the Publisher as many connections.
+	// Default 4.
+	Parallel int
+	// NoListen turns off the PostgreSQL wake-up: by default the relay LISTENs, and an
+	// emitting transaction's commit (in this process or another) wakes it at once. The
+	// poll stays either way.
+	NoListen bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 4
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.CleanupInterval <= 0 {
+		c.CleanupInterval = time.Minute
+	}
+	if c.CleanupBatch <= 0 {
+		c.CleanupBatch = 1000
+	}
+	return c
+}
+
+// Relay publishes outbox rows. Several relays (inboxd instances) can share one outbox.
+type Relay struct {
+	pool *pgxpool.Pool
+	pub  Publisher
+	cfg  Config
+	m    *metrics.Metrics
+	log  *slog.Logger
+	wake chan struct{}
+
+	statsMu   sync.Mutex
+	statsRead time.Time
+}
+
+// NewRelay builds a relay. m and log may be nil.
+func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg Config, m *metrics.Metrics, log *slog.Logger) *Relay {
+	if m == nil {
+		m = metrics.New()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the relay run a pass now (or right after the one under way).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx ends, then returns nil. A pass publishing when ctx ends is cut
+// short: what it published is marked sent, the rest is released for the next relay.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.cfg.NoListen {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); r.listen(ctx) }()
+		defer wg.Wait()
+	}
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	lastCleanup := time.Time{}
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	for ctx.Err() == nil {
+		n, err := r.RelayOnce(ctx)
+		r.refreshGauges(ctx)
+		if time.Since(lastCleanup) >= r.cfg.CleanupInterval {
+			lastCleanup = time.Now()
+			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
+				r.log.Error("outbox retention pass failed", "error", err)
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			r.log.Warn("outbox relay pass failed; retrying", "error", err, "attempt", backoff.Attempt()+1)
+			if backoff.Wait(ctx) != nil {
+				return nil
+			}
+			continue
+		}
+		backoff.Reset()
+		if n >= r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+	return nil
+}
+
+// listen wakes the relay on every NOTIFY, on a connection of its own (outside the pool,
+// which it would otherwise hold forever). It reconnects after a failure; the poll
+// covers the gap.
+func (r *Relay) listen(ctx context.Context) {
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil || errors.Is(err, errNoListen) {
+			return
+		}
+		r.log.Warn("outbox listener lost; polling meanwhile", "error", err)
+		if backoff.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// errNoListen ends the listener on CockroachDB, which has no LISTEN/NOTIFY.
+var errNoListen = errors.New("no LISTEN/NOTIFY on CockroachDB")
+
+func (r *Relay) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connecting the outbox listener: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if isCockroach(conn) {
+		return errNoListen // the outbox changefeed wakes the relay there
+	}
+	if _, err := conn.Exec(ctx, pgOnlyListen); err != nil {
+		return fmt.Errorf("listening on %s: %w", NotifyChannel, err)
+	}
+	r.Wake() // whatever committed while nobody listened
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("waiting for outbox notifications: %w", err)
+		}
+		r.Wake()
+	}
+}
+
+type claimed struct {
+	id, destination string
+	headers         map[string]string
+	body            []byte
+	attempts        int64
+	createdAt       time.Time
+	bad             error // the row cannot be published as stored
+}
+
+// RelayOnce claims due rows and publishes them in order, stopping at the first failure.
+// It returns how many it published; the error is the first failure, if any.
+func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	start := time.Now()
+	all, err := r.claim(ctx)
+	if err != nil || len(all) == 0 {
+		return 0, err
+	}
+	rows := all[:0]
+	for _, row := range all {
+		if row.bad == nil {
+			rows = append(rows, row)
+			continue
+		}
+		r.log.Error("outbox row cannot be published; fix or delete it", "id", row.id, "error", row.bad)
+		r.m.OutboxPublishErrors.Inc()
+		if _, err := r.pool.Exec(ctx, sqlRelease, []string{row.id}, retryDelay(row.attempts).Milliseconds(), truncate(row.bad.Error(), 1000)); err != nil {
+			return 0, fmt.Errorf("recording the failure of outbox row %s: %w", row.id, err)
+		}
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	// Stop well before the lease ends: past it, another relay may claim these rows.
+	pctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.Lease*3/4))
+	defer cancel()
+	tried, perrs := r.publishAll(pctx, rows)
+
+	// Records survive ctx's end: marking what the broker confirmed saves a republish.
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer dcancel()
+	var sent, untried []string
+	var errs []error
+	var first error
+	for i, row := range rows {
+		switch {
+		case !tried[i]:
+			untried = append(untried, row.id)
+		case perrs[i] == nil:
+			sent = append(sent, row.id)
+		default:
+			// A row that failed waits a backoff of its own, so that one message the broker
+			// keeps refusing cannot hold up the others. Cut short by the lease or by
+			// shutdown, its outcome is unknown and it may go again at once.
+			delay, reason := time.Duration(0), perrs[i].Error()
+			if pctx.Err() == nil {
+				delay = retryDelay(row.attempts)
+				r.m.OutboxPublishErrors.Inc()
+				if first == nil {
+					first = perrs[i]
+				}
+			}
+			if _, err := r.pool.Exec(dctx, sqlRelease, []string{row.id}, delay.Milliseconds(), truncate(reason, 1000)); err != nil {
+				errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", row.id, err))
+			}
+		}
+	}
+	if len(sent) > 0 {
+		if _, err := r.pool.Exec(dctx, sqlMarkSent, sent); err != nil {
+			errs = append(errs, fmt.Errorf("marking %d outbox rows sent (they will be sent again): %w", len(sent), err))
+		}
+		r.m.OutboxPublished.Add(float64(len(sent)))
+	}
+	if len(untried) > 0 {
+		if _, err := r.pool.Exec(dctx, sqlReleaseUntried, untried); err != nil {
+			errs = append(errs, fmt.Errorf("releasing %d outbox rows (they wait for their lease): %w", len(untried), err))
+		}
+	}
+	if first != nil && ctx.Err() == nil {
+		errs = append([]error{first}, errs...)
+	}
+	return len(sent), errors.Join(errs...)
+}
+
+// publishAll publishes rows, Parallel at a time. Rows of one destination and message
+// group (JMSXGroupID, else aggregate-id) go one after another in emit order; a group's
+// first failure ends it, and any failure stops the pass from starting more publishes
+// (a broker that is down would otherwise cost a dial timeout per row). tried[i] tells
+// whether row i was attempted, errs[i] how it failed.
+func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, errs []error) {
+	tried, errs = make([]bool, len(rows)), make([]error, len(rows))
+	var groups [][]int
+	byKey := map[string]int{}
+	for i, row := range rows {
+		g := row.headers["JMSXGroupID"]
+		if g == "" {
+			g = row.headers["aggregate-id"]
+		}
+		if g == "" {
+			g = "\x00" + row.id // no group: free to go in parallel
+		}
+		key := row.destination + "\x00" + g
+		if j, ok := byKey[key]; ok {
+			groups[j] = append(groups[j], i)
+			continue
+		}
+		byKey[key] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	var stop atomic.Bool
+	work := make(chan []int)
+	var wg sync.WaitGroup
+	for range min(r.cfg.Parallel, len(groups)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range work {
+				for _, i := range g {
+					if stop.Load() || ctx.Err() != nil {
+						break
+					}
+					tried[i] = true // each index belongs to one group, so to one goroutine
+					if errs[i] = r.publish(ctx, rows[i]); errs[i] != nil {
+						stop.Store(true)
+						break
+					}
+				}
+			}
+		}()
+	}
+	for _, g := range groups {
+		work <- g
+	}
+	close(work)
+	wg.Wait()
+	return tried, errs
+}
+
+// retryDelay is the wait before a failed row's next attempt: 1s doubling to 5m.
+func retryDelay(attempts int64) time.Duration {
+	d := time.Second
+	for i := int64(1); i < attempts && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
+	rows, err := r.pool.Query(ctx, sqlClaim, r.cfg.BatchSize, r.cfg.Lease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+		var c claimed
+		var hj []byte
+		if err := row.Scan(&c.id, &c.destination, &hj, &c.body, &c.attempts, &c.createdAt); err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal(hj, &c.headers); err != nil {
+			// Only a row written around Emit can get here; it must not stall the others.
+			c.bad = fmt.Errorf("outbox row %s has headers that are not an object of strings: %w", c.id, err)
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox rows: %w", err)
+	}
+	// The claim's UPDATE … RETURNING does not keep the subquery's order.
+	slices.SortStableFunc(out, func(a, b claimed) int { return a.createdAt.Compare(b.createdAt) })
+	return out, nil
+}
+
+func (r *Relay) publish(ctx context.Context, row claimed) error {
+	headers := make(map[string]string, len(row.headers)+1)
+	for k, v := range row.headers {
+		headers[k] = v
+	}
+	headers[HeaderOutboxID] = row.id
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	if err := r.pub.Publish(pctx, row.destination, row.body, headers); err != nil {
+		return fmt.Errorf("publishing outbox row %s to %s (attempt %d): %w", row.id, row.destination, row.attempts, err)
+	}
+	return nil
+}
+
+// Cleanup deletes sent rows older than Retention, in bounded batches, and returns how
+// many it deleted. It stops after 10 batches; the next round continues.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for range 10 {
+		tag, err := r.pool.Exec(ctx, sqlDeleteSent, r.cfg.Retention.Milliseconds(), r.cfg.CleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("deleting sent outbox rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(r.cfg.CleanupBatch) {
+			break
+		}
+	}
+	r.m.OutboxDeleted.Add(float64(total))
+	return total, nil
+}
+
+// refreshGauges updates the depth and age gauges, at most once per poll interval.
+func (r *Relay) refreshGauges(ctx context.Context) {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	if time.Since(r.statsRead) < r.cfg.PollInterval {
+		return
+	}
+	r.statsRead = time.Now()
+	st, err := ReadStats(ctx, r.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reading outbox stats", "error", err)
+		}
+		return
+	}
+	r.m.OutboxUnsent.Set(float64(st.Unsent))
+	r.m.OutboxOldestAge.Set(st.OldestUnsentAge().Seconds())
+}
