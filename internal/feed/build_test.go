@@ -233,7 +233,7 @@ func TestBuildOutboxCreate(t *testing.T) {
 	want := "CREATE CHANGEFEED INTO 'webhook-https://inboxd:8443/changefeed/outbox?ca_cert=" + testCAQ + "' " +
 		"WITH envelope = 'wrapped', updated, resolved = '10s', min_checkpoint_frequency = '10s', " +
 		"webhook_auth_header = 'Bearer s3cret', webhook_client_timeout = '10s', " +
-		`webhook_sink_config = '{"Flush":{"Messages":100,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
+		`webhook_sink_config = '{"Flush":{"Messages":100,"Bytes":1048576,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
 		"AS SELECT id FROM outbox WHERE sent_at IS NULL"
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

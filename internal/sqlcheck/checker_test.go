@@ -40,6 +40,7 @@ var funcReturns = map[string]*types.T{
 	"octet_length": types.Int, "length": types.Int, "convert_to": types.Bytes, "row_to_json": types.Jsonb,
 	"version": types.String, "max": nil, "min": nil, "timezone": types.Timestamp, "setval": types.Int,
 	"jsonb_build_object": types.Jsonb, "unnest": types.AnyTuple, "gen_random_uuid": types.Uuid, "array_length": types.Int, "generate_series": types.Int,
+	"floor": types.Float, "extract": types.Float,
 }
 
 func newChecker(migrations []string) (*checker, error) {

@@ -21,7 +21,7 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/CountMatching":  builtPrefix("CountMatching/"),
 	"internal/journal/Requeue":        builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
-	"internal/feed/Create":            feedCreates,
+	"internal/feed/create":            feedCreates,
 	"internal/feed/Pause":             one("PauseJobSQL", feed.PauseJobSQL(1234)),
 	"internal/feed/Resume":            one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
 	"internal/feed/Cancel":            one("CancelJobSQL", feed.CancelJobSQL(1234)),
@@ -68,8 +68,19 @@ func feedCreates() []journal.Statement {
 		}
 		out = append(out, journal.Statement{Name: "BuildCreate/" + name, SQL: s})
 	}
+	ob, err := feed.BuildOutboxCreate(def)
+	if err != nil {
+		panic(err)
+	}
+	out = append(out, journal.Statement{Name: "BuildOutboxCreate", SQL: ob})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// pgOnlySites send statements CockroachDB does not have, and only to PostgreSQL: the
+// code checks the database first. Each is named with the reason.
+var pgOnlySites = map[string]string{
+	"internal/outbox/listenOnce": "LISTEN: the outbox listener runs on PostgreSQL only (CockroachDB has no LISTEN; its changefeed wakes the relay)",
 }
 
 func one(name, sql string) func() []journal.Statement {
@@ -157,6 +168,11 @@ func TestEveryStatementOnCockroachDB(t *testing.T) {
 	}
 	used := map[string]bool{}
 	for _, s := range sites {
+		if why, ok := pgOnlySites[s.Func]; ok {
+			used["pgOnly:"+s.Func] = true
+			t.Logf("skip %s: %s", s.Where, why)
+			continue
+		}
 		if s.SQL != "" {
 			group := strings.SplitN(s.Where, "/", 3)
 			g := group[0]
@@ -180,6 +196,11 @@ func TestEveryStatementOnCockroachDB(t *testing.T) {
 		}
 		for _, st := range build() {
 			items = append(items, item{"built:" + s.Func, st.Name, st.SQL})
+		}
+	}
+	for k := range pgOnlySites {
+		if !used["pgOnly:"+k] {
+			t.Errorf("pgOnlySites lists %s, which no longer sends SQL: remove it", k)
 		}
 	}
 	for k := range runtimeSites {
