@@ -41,10 +41,11 @@ type Config struct {
 	MaxBodyBytes     int
 	DefaultEventType string
 
-	Concurrency   int
-	MaxAttempts   int
-	SweepInterval time.Duration
-	SweepGrace    time.Duration
+	Concurrency    int
+	MaxAttempts    int
+	HandlerTimeout time.Duration
+	SweepInterval  time.Duration
+	SweepGrace     time.Duration
 
 	ShutdownTimeout time.Duration
 	LogFormat       string
@@ -117,6 +118,7 @@ func settings(c *Config) []setting {
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field", "registration", str(&c.DefaultEventType)},
 		{"concurrency", "INBOXD_CONCURRENCY", "events processed in parallel (different aggregates)", "8", num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
+		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
@@ -171,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		problems = append(problems, "max-attempts must be at least 1")
+	}
+	if c.HandlerTimeout < time.Millisecond {
+		problems = append(problems, "handler-timeout must be at least 1ms")
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

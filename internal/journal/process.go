@@ -30,12 +30,24 @@ type Pending struct {
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
 func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+	return lockPending(ctx, tx, id, "FOR UPDATE")
+}
+
+// TryLockPending is LockPending without waiting: found is also false when another
+// transaction holds the row (it is processing the entry right now). The row lock is the
+// claim: it ends with the transaction, so a worker that dies (kill -9, lost connection)
+// gives its entries back as soon as the database notices, with no lease to wait out.
+func TryLockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+	return lockPending(ctx, tx, id, "FOR UPDATE SKIP LOCKED")
+}
+
+func lockPending(ctx context.Context, tx DB, id, lock string) (p Pending, found bool, err error) {
 	err = tx.QueryRow(ctx, `
 		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
 		       next_attempt_at <= now()
 		FROM journal
 		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
-		FOR UPDATE`, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
+		`+lock, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Pending{}, false, nil
@@ -108,7 +120,7 @@ func MarkRejected(ctx context.Context, tx DB, id, reason string) error {
 func MarkFailed(ctx context.Context, tx DB, id, reason string, backoff time.Duration) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'FAILED', attempts = attempts + 1, last_error = $2,
-		       next_attempt_at = now() + $3 * INTERVAL '1 millisecond', updated_at = now()
+		       next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond', updated_at = now()
 		WHERE id = $1`, errorText(reason), backoff.Milliseconds())
 }
 
@@ -130,45 +142,46 @@ func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
 	return nil
 }
 
-// Claimed is an entry the sweeper took.
-type Claimed struct {
+// Due is an entry that needs the sweeper.
+type Due struct {
 	ID          string
 	Status      string
 	AggregateID string
 	SequenceNo  int64
 }
 
-// ClaimDue takes up to limit entries that need the sweeper: FAILED entries whose
+// DueHeads returns up to limit entries that need the sweeper: FAILED entries whose
 // next_attempt_at has passed, and RECEIVED entries older than grace (the changefeed
-// should have delivered them by then). Claiming pushes next_attempt_at lease into the
-// future, so that other inboxd instances' sweepers skip these rows while this one works
-// on them and take them over if it dies; SKIP LOCKED keeps concurrent sweepers and
-// in-flight webhook transactions from waiting on one another.
+// should have delivered them by then), each the earliest pending entry of its
+// aggregate (a later one could only be deferred). It neither locks nor leases: the
+// processing transaction claims each entry with TryLockPending, so a row another
+// worker holds is skipped there, and a dead worker's rows are free again at once.
 //
 // next_attempt_at doubles as the RECEIVED entries' age (ingest sets it to now()), so
 // one partial index (journal_pending) serves both kinds.
-func ClaimDue(ctx context.Context, db DB, grace, lease time.Duration, limit int) ([]Claimed, error) {
+func DueHeads(ctx context.Context, db DB, grace time.Duration, limit int) ([]Due, error) {
 	rows, err := db.Query(ctx, `
-		UPDATE journal SET next_attempt_at = now() + $3 * INTERVAL '1 millisecond'
-		WHERE id IN (
-			SELECT id FROM journal
-			WHERE status IN ('RECEIVED', 'FAILED') AND next_attempt_at <= now()
-			  AND (status = 'FAILED' OR next_attempt_at <= now() - $1 * INTERVAL '1 millisecond')
-			ORDER BY next_attempt_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id::TEXT, status, aggregate_id, sequence_no`,
-		grace.Milliseconds(), limit, lease.Milliseconds())
+		SELECT j.id::TEXT, j.status, j.aggregate_id, j.sequence_no
+		FROM journal AS j
+		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
+		  AND NOT EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED'))
+		ORDER BY j.next_attempt_at
+		LIMIT $2`,
+		grace.Milliseconds(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+		return nil, fmt.Errorf("finding due journal entries: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+		var c Due
 		err := r.Scan(&c.ID, &c.Status, &c.AggregateID, &c.SequenceNo)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+		return nil, fmt.Errorf("finding due journal entries: %w", err)
 	}
 	return out, nil
 }

@@ -47,6 +47,16 @@
 //
 // Sweeper.Run retries due FAILED entries and picks up RECEIVED entries the changefeed
 // has not delivered within a grace period (PostgreSQL has no changefeed at all; with
-// grace 0 the sweeper alone drives the pipeline). Claims use FOR UPDATE SKIP LOCKED
-// plus a lease on next_attempt_at, so several inboxd instances can sweep one database.
+// grace 0 the sweeper alone drives the pipeline). An entry is claimed by the row lock
+// of the transaction that processes it (FOR UPDATE SKIP LOCKED), so several inboxd
+// instances can sweep one database, and a dead instance's entries are free as soon as
+// the database ends its transactions: there is no lease to wait out.
+//
+// # Deadlines
+//
+// Each handler runs under Config.HandlerTimeout, which is also the transaction's
+// statement_timeout. An overrun is a failed attempt, recorded in a transaction of its
+// own. A handler that ignores its context is abandoned a second later: its
+// transaction's connection is closed, so the database rolls it back and frees the row,
+// and the worker moves on. Nothing of an abandoned transaction is ever recorded.
 package process

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// together do not retry together. Defaults 1s and 5m.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
+	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
+	// processing transaction. A handler that overruns it fails (the attempt counts).
+	// Default 30s.
+	HandlerTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.HandlerTimeout <= 0 {
+		c.HandlerTimeout = 30 * time.Second
 	}
 	if c.MaxBackoff < c.BaseBackoff {
 		c.MaxBackoff = c.BaseBackoff
@@ -83,6 +91,7 @@ const (
 	OutcomeNoop      Outcome = "noop"      // no longer pending (duplicate delivery) or unknown id
 	OutcomeDeferred  Outcome = "deferred"  // an earlier event of the aggregate is pending
 	OutcomeNotDue    Outcome = "not_due"   // FAILED and its next attempt is in the future
+	OutcomeBusy      Outcome = "busy"      // another worker holds the entry right now
 )
 
 // completes reports whether the event left RECEIVED/FAILED, unblocking its successors.
@@ -138,7 +147,7 @@ func (e *Engine) Process(ctx context.Context, id string) (Outcome, error) {
 		return "", err
 	}
 	if out.completes() {
-		if _, err := e.chain(ctx, agg, nil); err != nil {
+		if _, err := e.chain(ctx, agg, nil, false); err != nil {
 			return out, err
 		}
 	}
@@ -154,7 +163,9 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 	return e.processItems(ctx, items, false)
 }
 
-func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) ([]Outcome, error) {
+// processItems is ProcessBatch; skipLocked (the sweeper) skips entries another worker
+// holds instead of waiting for them.
+func (e *Engine) processItems(ctx context.Context, items []Item, skipLocked bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(items))
 	if len(items) == 0 {
 		return outcomes, nil
@@ -202,7 +213,7 @@ func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) (
 						outcomes[i] = out
 						continue
 					}
-					out, agg, err := e.processOne(ctx, id, claimed)
+					out, agg, err := e.processOne(ctx, id, skipLocked)
 					if err != nil {
 						mu.Lock()
 						errs = append(errs, err)
@@ -218,7 +229,7 @@ func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) (
 					// did may have failed to go on to its successors (database lost right
 					// after the commit). Any delivery thus drives its aggregate forward.
 					if (out.completes() || out == OutcomeNoop) && agg != "" {
-						if _, err := e.chain(ctx, agg, done); err != nil {
+						if _, err := e.chain(ctx, agg, done, skipLocked); err != nil {
 							mu.Lock()
 							errs = append(errs, err)
 							mu.Unlock()
@@ -239,14 +250,14 @@ func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) (
 
 // chain processes the pending events of an aggregate, earliest first, for as long as
 // each one completes. done, when not nil, receives the outcomes.
-func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome) (int, error) {
+func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome, skipLocked bool) (int, error) {
 	n := 0
 	for n < maxChain {
 		next, ok, err := journal.NextPendingInAggregate(ctx, e.db, agg)
 		if err != nil || !ok {
 			return n, err
 		}
-		out, _, err := e.processOne(ctx, next, false)
+		out, _, err := e.processOne(ctx, next, skipLocked)
 		if err != nil {
 			return n, err
 		}
@@ -262,9 +273,8 @@ func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome)
 }
 
 // processOne runs the processing transaction of one event and returns its outcome
-// and aggregate. claimed means the sweeper leased the row, which moved next_attempt_at
-// into the future: the due check is then the sweeper's, already made.
-func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outcome, string, error) {
+// and aggregate. skipLocked skips (OutcomeBusy) an entry another transaction holds.
+func (e *Engine) processOne(ctx context.Context, id string, skipLocked bool) (Outcome, string, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -281,18 +291,28 @@ func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outco
 	)
 	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
 		out, ev, lastErr = "", Event{}, nil // the function may run more than once
-		p, found, err := journal.LockPending(ctx, tx, id)
+		if err := e.setTimeouts(ctx, tx); err != nil {
+			return err
+		}
+		lock := journal.LockPending
+		if skipLocked {
+			lock = journal.TryLockPending
+		}
+		p, found, err := lock(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		if !found {
 			out = OutcomeNoop
+			if skipLocked {
+				out = OutcomeBusy // or terminal; either way not this worker's to do
+			}
 			return nil
 		}
 		ev = Event{ID: p.ID, Type: p.EventType, AggregateID: p.AggregateID, SequenceNo: p.SequenceNo,
 			Tag: p.Tag, Payload: p.Payload, Attempt: p.Attempts + 1}
 		attempts = ev.Attempt
-		if p.Status == journal.StatusFailed && !p.Due && !claimed {
+		if p.Status == journal.StatusFailed && !p.Due {
 			out = OutcomeNotDue
 			return nil
 		}
@@ -310,21 +330,16 @@ func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outco
 			return err
 		}
 		lastErr = herr
-		switch {
-		case herr == nil:
-			out = OutcomeProcessed
-			return journal.MarkProcessed(ctx, tx, id)
-		case errors.Is(herr, ErrRejected):
-			out = OutcomeRejected
-			return journal.MarkRejected(ctx, tx, id, herr.Error())
-		case ev.Attempt >= e.cfg.MaxAttempts:
-			out = OutcomeDead
-			return journal.MarkDead(ctx, tx, id, herr.Error())
-		default:
-			out = OutcomeFailed
-			return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(ev.Attempt))
-		}
+		out = e.outcome(ev, herr)
+		return e.record(ctx, tx, id, out, herr, ev.Attempt)
 	})
+	var timedOut *timeoutError
+	if errors.As(err, &timedOut) && ctx.Err() == nil {
+		// The handler overran its deadline and its transaction was abandoned (rolled
+		// back): record the failed attempt in a transaction of its own.
+		lastErr = timedOut
+		out, err = e.recordTimeout(ctx, ev, timedOut)
+	}
 	typ := ev.Type
 	if typ == "" {
 		typ = "unknown"
@@ -345,9 +360,95 @@ func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outco
 	return out, ev.AggregateID, nil
 }
 
+// outcome maps a handler's result to the event's outcome.
+func (e *Engine) outcome(ev Event, herr error) Outcome {
+	switch {
+	case herr == nil:
+		return OutcomeProcessed
+	case errors.Is(herr, ErrRejected):
+		return OutcomeRejected
+	case ev.Attempt >= e.cfg.MaxAttempts:
+		return OutcomeDead
+	default:
+		return OutcomeFailed
+	}
+}
+
+func (e *Engine) record(ctx context.Context, tx pgx.Tx, id string, out Outcome, herr error, attempt int) error {
+	switch out {
+	case OutcomeProcessed:
+		return journal.MarkProcessed(ctx, tx, id)
+	case OutcomeRejected:
+		return journal.MarkRejected(ctx, tx, id, herr.Error())
+	case OutcomeDead:
+		return journal.MarkDead(ctx, tx, id, herr.Error())
+	default:
+		return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(attempt))
+	}
+}
+
+// recordTimeout records the failed attempt of a handler that overran its deadline, in
+// a transaction of its own (the handler's was abandoned). The attempts check makes it
+// a no-op when the entry moved on meanwhile.
+func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
+	var out Outcome
+	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
+		out = OutcomeNoop
+		if err := e.setTimeouts(ctx, tx); err != nil {
+			return err
+		}
+		p, found, err := journal.LockPending(ctx, tx, ev.ID)
+		if err != nil || !found || p.Attempts != ev.Attempt-1 {
+			return err
+		}
+		out = e.outcome(ev, herr)
+		return e.record(ctx, tx, ev.ID, out, herr, ev.Attempt)
+	})
+	if err != nil {
+		return "", fmt.Errorf("recording the timeout: %w", err)
+	}
+	return out, nil
+}
+
+// setTimeouts bounds every statement of the processing transaction on the server too,
+// so that a statement stuck on a lock or a runaway query ends even if the client is
+// gone. SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
+// CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
+// it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
+func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
+	ms := max(e.cfg.HandlerTimeout.Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		return fmt.Errorf("setting statement_timeout: %w", err)
+	}
+	return nil
+}
+
+// timeoutError is a handler that overran Config.HandlerTimeout.
+type timeoutError struct {
+	after     time.Duration
+	abandoned bool // it ignored its context: its transaction's connection was closed
+	err       error
+}
+
+func (t *timeoutError) Error() string {
+	if t.abandoned {
+		return fmt.Sprintf("handler timed out after %s and ignored its context; its transaction was abandoned", t.after)
+	}
+	return fmt.Sprintf("handler timed out after %s: %v", t.after, t.err)
+}
+
+func (t *timeoutError) Unwrap() error { return t.err }
+
+// abandonGrace is how long a handler whose context ended may take to return before its
+// transaction is abandoned.
+const abandonGrace = time.Second
+
 // runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
 // failure, its effects rolled back; err means the transaction itself is broken (or
-// must be retried as a whole) and nothing can be recorded in it.
+// must be retried as a whole) and nothing can be recorded in it. A handler that
+// overruns HandlerTimeout gives a *timeoutError as err: its transaction is rolled back
+// whole, and if it ignores its context even then, the transaction's connection is
+// closed under it, so that it holds no worker, no lock and no connection.
 func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
 	h, ok := e.reg.Lookup(ev.Type)
 	if !ok {
@@ -356,7 +457,12 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
 		return nil, fmt.Errorf("opening handler savepoint: %w", err)
 	}
-	herr := callHandler(ctx, h, handlerTx{tx}, ev)
+	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
+		return callHandler(hctx, h, handlerTx{tx}, ev)
+	})
+	if err != nil {
+		return nil, err
+	}
 	if herr == nil {
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
 			if isRetryable(err) {
@@ -378,6 +484,46 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
 	}
 	return herr, nil
+}
+
+// callWithDeadline runs fn (handlers working in tx) under HandlerTimeout. When the
+// deadline or ctx ends and fn does not return within abandonGrace, tx's connection is
+// closed: the database rolls the transaction back and frees its locks, and fn, when it
+// wakes up, finds a closed connection. err is then a *timeoutError (deadline) or ctx's
+// error; both mean nothing may be recorded in tx.
+func (e *Engine) callWithDeadline(ctx context.Context, tx pgx.Tx, typ string, fn func(context.Context) error) (handlerErr, err error) {
+	hctx, cancel := context.WithTimeout(ctx, e.cfg.HandlerTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(hctx) }()
+	select {
+	case herr := <-done:
+		if ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+		}
+		return herr, nil
+	case <-hctx.Done():
+	}
+	grace := time.NewTimer(min(abandonGrace, e.cfg.HandlerTimeout))
+	defer grace.Stop()
+	select {
+	case herr := <-done:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("running handler: %w", ctx.Err())
+		}
+		return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+	case <-grace.C:
+	}
+	e.m.Processed.WithLabelValues(typ, "abandoned").Inc()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	_ = tx.Conn().PgConn().Close(cctx)
+	if ctx.Err() != nil {
+		e.log.Warn("handler ignored cancellation; its transaction was abandoned", "type", typ, "error", ctx.Err())
+		return nil, fmt.Errorf("running handler (abandoned): %w", ctx.Err())
+	}
+	e.log.Error("handler ignored its deadline; its transaction was abandoned", "type", typ, "timeout", e.cfg.HandlerTimeout)
+	return nil, &timeoutError{after: e.cfg.HandlerTimeout, abandoned: true}
 }
 
 func callHandler(ctx context.Context, h Handler, tx pgx.Tx, ev Event) (err error) {

@@ -98,9 +98,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("configuring ingest: %w", err)
 	}
 
-	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts},
+	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts, HandlerTimeout: cfg.HandlerTimeout},
 		s.m, s.log.With("component", "process"))
-	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace})
+	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
+		StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share
 
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Destinations[0],
