@@ -41,11 +41,12 @@ type Config struct {
 	MaxBodyBytes     int
 	DefaultEventType string
 
-	Concurrency    int
-	MaxAttempts    int
-	HandlerTimeout time.Duration
-	SweepInterval  time.Duration
-	SweepGrace     time.Duration
+	Concurrency      int
+	MaxAttempts      int
+	ProcessBatchSize int
+	HandlerTimeout   time.Duration
+	SweepInterval    time.Duration
+	SweepGrace       time.Duration
 
 	ShutdownTimeout time.Duration
 	LogFormat       string
@@ -118,6 +119,7 @@ func settings(c *Config) []setting {
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field", "registration", str(&c.DefaultEventType)},
 		{"concurrency", "INBOXD_CONCURRENCY", "events processed in parallel (different aggregates)", "8", num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
+		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},
 		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
@@ -173,6 +175,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		problems = append(problems, "max-attempts must be at least 1")
+	}
+	if c.ProcessBatchSize < 1 {
+		problems = append(problems, "process-batch-size must be at least 1")
 	}
 	if c.HandlerTimeout < time.Millisecond {
 		problems = append(problems, "handler-timeout must be at least 1ms")

@@ -217,3 +217,126 @@ func RowsAsJSON(ctx context.Context, db DB, ids []string) ([]json.RawMessage, er
 	}
 	return out, nil
 }
+
+// Head is a pending entry locked by a processing batch. Blocked reports an earlier
+// entry of its aggregate still RECEIVED or FAILED outside the batch.
+type Head struct {
+	Pending
+	Blocked bool
+}
+
+const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
+       j.attempts, j.next_attempt_at <= now()`
+
+func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Head, error) {
+		var h Head
+		err := r.Scan(&h.ID, &h.EventType, &h.AggregateID, &h.SequenceNo, &h.Tag, &h.Payload, &h.Status,
+			&h.Attempts, &h.Due, &h.Blocked)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the
+// earliest pending entry of their aggregate: FAILED entries whose next attempt has come,
+// and RECEIVED entries older than grace. Rows another transaction holds are skipped
+// (SKIP LOCKED), so concurrent batches, in this instance or another, never wait for one
+// another and never take the same entry. The lock is the claim: it ends with tx, so a
+// dead worker's entries are free again at once.
+//
+// aggregates, when not nil, restricts the claim to those aggregates (the successors of
+// a delivery just processed), and then a row another transaction holds is waited for,
+// in sequence order: that transaction may be a delivery that is deferring the very
+// successor this claim is meant to move on, and skipping it would strand it.
+// https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
+func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
+	order := `ORDER BY j.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+	if aggregates != nil {
+		order = `ORDER BY j.sequence_no LIMIT $2 FOR UPDATE`
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT `+headColumns+`, false
+		FROM journal AS j
+		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
+		  AND ($3::TEXT[] IS NULL OR j.aggregate_id = ANY ($3::TEXT[]))
+		  AND NOT EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED'))
+		`+order,
+		grace.Milliseconds(), limit, aggregates)
+	if err != nil {
+		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+	}
+	return scanHeads(rows, "claiming due journal entries")
+}
+
+// LockBatch locks, for the rest of tx, those of ids that are still pending, in
+// sequence order (so that two batches sharing entries lock them in the same order and
+// cannot deadlock). A row another transaction holds is waited for and re-read.
+func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+headColumns+`,
+		       EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED') AND p.id <> ALL ($1::UUID[]))
+		FROM journal AS j
+		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED')
+		ORDER BY j.sequence_no
+		FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("locking journal entries: %w", err)
+	}
+	return scanHeads(rows, "locking journal entries")
+}
+
+// Outcome is the outcome of one entry in a processing batch.
+type Outcome struct {
+	ID     string
+	Status string // PROCESSED, REJECTED, FAILED or DEAD
+	Error  string // the handler's error, for all but PROCESSED
+	// Backoff is the delay before the next attempt of a FAILED entry.
+	Backoff time.Duration
+}
+
+// RecordOutcomes records the outcomes of a batch in one statement: the status, one
+// more attempt, the error, and for FAILED entries the time of the next attempt.
+func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
+	if len(results) == 0 {
+		return nil
+	}
+	ids := make([]string, len(results))
+	statuses := make([]string, len(results))
+	errs := make([]*string, len(results))
+	backoffs := make([]int64, len(results))
+	for i, r := range results {
+		ids[i], statuses[i], backoffs[i] = r.ID, r.Status, r.Backoff.Milliseconds()
+		if r.Status != StatusProcessed {
+			s := errorText(r.Error)
+			errs[i] = &s
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE journal AS j
+		SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
+		    next_attempt_at = CASE WHEN r.status = 'FAILED'
+		                           THEN now() + r.backoff_ms * INTERVAL '1 millisecond'
+		                           ELSE j.next_attempt_at END,
+		    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
+		    updated_at = now()
+		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[]) AS r(id, status, err, backoff_ms)
+		WHERE j.id = r.id`, ids, statuses, errs, backoffs)
+	if err != nil {
+		return fmt.Errorf("recording %d processing outcomes: %w", len(results), err)
+	}
+	if int(tag.RowsAffected()) != len(results) {
+		return fmt.Errorf("recording %d processing outcomes: %d rows affected", len(results), tag.RowsAffected())
+	}
+	return nil
+}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
@@ -37,6 +35,9 @@ type Config struct {
 	// together do not retry together. Defaults 1s and 5m.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
+	// BatchSize bounds the events of one processing transaction. Default 100; see
+	// package doc (Batches) for CockroachDB.
+	BatchSize int
 	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
 	// processing transaction. A handler that overruns it fails (the attempt counts).
 	// Default 30s.
@@ -55,6 +56,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
 	}
 	if c.HandlerTimeout <= 0 {
 		c.HandlerTimeout = 30 * time.Second
@@ -91,7 +95,6 @@ const (
 	OutcomeNoop      Outcome = "noop"      // no longer pending (duplicate delivery) or unknown id
 	OutcomeDeferred  Outcome = "deferred"  // an earlier event of the aggregate is pending
 	OutcomeNotDue    Outcome = "not_due"   // FAILED and its next attempt is in the future
-	OutcomeBusy      Outcome = "busy"      // another worker holds the entry right now
 )
 
 // completes reports whether the event left RECEIVED/FAILED, unblocking its successors.
@@ -116,9 +119,11 @@ type Engine struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 	sem chan struct{}
+
+	wake waker // Kick: work was journaled
 }
 
-// maxChain bounds how many successors one completion processes inline; anything left
+// maxChain bounds how many successors one delivery processes inline; anything left
 // is found by later deliveries or by the sweeper.
 const maxChain = 1000
 
@@ -134,231 +139,12 @@ func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger)
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency)}
+	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
+		wake: waker{ch: make(chan struct{})}}
 }
 
 // Registry returns the engine's handler registry.
 func (e *Engine) Registry() *Registry { return e.reg }
-
-// Process processes one event, then the successors of its aggregate it unblocked.
-func (e *Engine) Process(ctx context.Context, id string) (Outcome, error) {
-	out, agg, err := e.processOne(ctx, id, false)
-	if err != nil {
-		return "", err
-	}
-	if out.completes() {
-		if _, err := e.chain(ctx, agg, nil, false); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
-}
-
-// ProcessBatch processes items and returns their outcomes in the same order. Items of
-// one aggregate run one after another in sequence order; aggregates run in parallel.
-// The error is non-nil when some outcome could not be recorded (database unavailable):
-// the caller must have the batch redelivered; everything already recorded stays, and
-// redelivery turns it into no-ops.
-func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, error) {
-	return e.processItems(ctx, items, false)
-}
-
-// processItems is ProcessBatch; skipLocked (the sweeper) skips entries another worker
-// holds instead of waiting for them.
-func (e *Engine) processItems(ctx context.Context, items []Item, skipLocked bool) ([]Outcome, error) {
-	outcomes := make([]Outcome, len(items))
-	if len(items) == 0 {
-		return outcomes, nil
-	}
-	// Group by aggregate, each group in sequence order, groups in order of appearance.
-	type group struct {
-		agg   string
-		items []int
-	}
-	var groups []*group
-	byAgg := map[string]*group{}
-	for i, it := range items {
-		key := it.AggregateID
-		if key == "" {
-			key = "\x00" + it.ID // unknown aggregate: a group of its own
-		}
-		g := byAgg[key]
-		if g == nil {
-			g = &group{agg: it.AggregateID}
-			byAgg[key] = g
-			groups = append(groups, g)
-		}
-		g.items = append(g.items, i)
-	}
-	for _, g := range groups {
-		sort.SliceStable(g.items, func(a, b int) bool { return items[g.items[a]].SequenceNo < items[g.items[b]].SequenceNo })
-	}
-
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	work := make(chan *group)
-	workers := min(e.cfg.Concurrency, len(groups))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for g := range work {
-				done := map[string]Outcome{}
-				for _, i := range g.items {
-					id := items[i].ID
-					if out, ok := done[id]; ok {
-						outcomes[i] = out
-						continue
-					}
-					out, agg, err := e.processOne(ctx, id, skipLocked)
-					if err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-						break // later events of this aggregate would only be deferred
-					}
-					outcomes[i] = out
-					done[id] = out
-					if agg == "" {
-						agg = items[i].AggregateID
-					}
-					// A no-op chains too: the event was completed elsewhere, but whoever
-					// did may have failed to go on to its successors (database lost right
-					// after the commit). Any delivery thus drives its aggregate forward.
-					if (out.completes() || out == OutcomeNoop) && agg != "" {
-						if _, err := e.chain(ctx, agg, done, skipLocked); err != nil {
-							mu.Lock()
-							errs = append(errs, err)
-							mu.Unlock()
-							break
-						}
-					}
-				}
-			}
-		}()
-	}
-	for _, g := range groups {
-		work <- g
-	}
-	close(work)
-	wg.Wait()
-	return outcomes, errors.Join(errs...)
-}
-
-// chain processes the pending events of an aggregate, earliest first, for as long as
-// each one completes. done, when not nil, receives the outcomes.
-func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome, skipLocked bool) (int, error) {
-	n := 0
-	for n < maxChain {
-		next, ok, err := journal.NextPendingInAggregate(ctx, e.db, agg)
-		if err != nil || !ok {
-			return n, err
-		}
-		out, _, err := e.processOne(ctx, next, skipLocked)
-		if err != nil {
-			return n, err
-		}
-		n++
-		if done != nil {
-			done[next] = out
-		}
-		if !out.completes() {
-			return n, nil
-		}
-	}
-	return n, nil
-}
-
-// processOne runs the processing transaction of one event and returns its outcome
-// and aggregate. skipLocked skips (OutcomeBusy) an entry another transaction holds.
-func (e *Engine) processOne(ctx context.Context, id string, skipLocked bool) (Outcome, string, error) {
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", "", ctx.Err()
-	}
-	defer func() { <-e.sem }()
-
-	start := time.Now()
-	var (
-		out      Outcome
-		ev       Event
-		lastErr  error
-		attempts int
-	)
-	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
-		out, ev, lastErr = "", Event{}, nil // the function may run more than once
-		if err := e.setTimeouts(ctx, tx); err != nil {
-			return err
-		}
-		lock := journal.LockPending
-		if skipLocked {
-			lock = journal.TryLockPending
-		}
-		p, found, err := lock(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if !found {
-			out = OutcomeNoop
-			if skipLocked {
-				out = OutcomeBusy // or terminal; either way not this worker's to do
-			}
-			return nil
-		}
-		ev = Event{ID: p.ID, Type: p.EventType, AggregateID: p.AggregateID, SequenceNo: p.SequenceNo,
-			Tag: p.Tag, Payload: p.Payload, Attempt: p.Attempts + 1}
-		attempts = ev.Attempt
-		if p.Status == journal.StatusFailed && !p.Due {
-			out = OutcomeNotDue
-			return nil
-		}
-		blocked, err := journal.HasPendingPredecessor(ctx, tx, p.AggregateID, p.SequenceNo)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			out = OutcomeDeferred
-			return nil
-		}
-
-		herr, err := e.runHandler(ctx, tx, ev)
-		if err != nil {
-			return err
-		}
-		lastErr = herr
-		out = e.outcome(ev, herr)
-		return e.record(ctx, tx, id, out, herr, ev.Attempt)
-	})
-	var timedOut *timeoutError
-	if errors.As(err, &timedOut) && ctx.Err() == nil {
-		// The handler overran its deadline and its transaction was abandoned (rolled
-		// back): record the failed attempt in a transaction of its own.
-		lastErr = timedOut
-		out, err = e.recordTimeout(ctx, ev, timedOut)
-	}
-	typ := ev.Type
-	if typ == "" {
-		typ = "unknown"
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("processing event %s: %w", id, err)
-	}
-	e.m.ProcessSeconds.WithLabelValues(typ).Observe(time.Since(start).Seconds())
-	e.m.Processed.WithLabelValues(typ, string(out)).Inc()
-	switch out {
-	case OutcomeFailed:
-		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
-	case OutcomeDead:
-		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
-	case OutcomeRejected:
-		e.log.Info("event rejected", "id", id, "type", typ, "reason", lastErr)
-	}
-	return out, ev.AggregateID, nil
-}
 
 // outcome maps a handler's result to the event's outcome.
 func (e *Engine) outcome(ev Event, herr error) Outcome {
@@ -425,6 +211,7 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 
 // timeoutError is a handler that overran Config.HandlerTimeout.
 type timeoutError struct {
+	ev        Event
 	after     time.Duration
 	abandoned bool // it ignored its context: its transaction's connection was closed
 	err       error

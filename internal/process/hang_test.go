@@ -197,14 +197,14 @@ func TestKilledInstanceReleasesItsEntries(t *testing.T) {
 	held := map[string]bool{}
 	sc := bufio.NewScanner(stdout)
 	deadline := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
-	for len(held) < 4 && sc.Scan() {
+	for len(held) < 1 && sc.Scan() {
 		if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
 			held[id] = true
 		}
 	}
 	deadline.Stop()
-	if len(held) < 4 {
-		t.Fatalf("child holds %d entries, want 4", len(held))
+	if len(held) < 1 {
+		t.Fatal("child holds no entry")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestKilledInstanceReleasesItsEntries(t *testing.T) {
 }
 
 // TestHelperHungInstance is the child process of TestKilledInstanceReleasesItsEntries:
-// an instance whose handlers hang while holding their entries.
+// an instance whose handlers hang while holding their entries (a batch each).
 func TestHelperHungInstance(t *testing.T) {
 	url := os.Getenv("INBOXD_HELPER_DB")
 	if url == "" {

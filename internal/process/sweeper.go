@@ -20,7 +20,7 @@ type SweeperConfig struct {
 	// changefeed. With a feed, a few times the feed's flush frequency plus its resolved
 	// interval (e.g. 30s); without one (PostgreSQL), 0. Negative means the default, 30s.
 	Grace time.Duration
-	// BatchSize bounds the entries under way at once (and so claimed per pass). Default 100.
+	// BatchSize bounds the entries of one batch (one transaction). Default 100.
 	BatchSize int
 	// StopTimeout bounds how long Run lets work under way finish once its context ends;
 	// then that work is cancelled, and a handler that ignores cancellation is abandoned
@@ -44,26 +44,25 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	return c
 }
 
-// Sweeper retries due FAILED entries and processes RECEIVED entries the feed left
-// behind, through the engine.
+// Sweeper runs the engine's workers: each processes batches of due aggregate heads
+// (FAILED entries whose retry is due, RECEIVED entries older than Grace) for as long
+// as it finds full batches, then waits for Interval or for Engine.Kick.
 //
-// It claims nothing ahead of time: each entry is claimed by the row lock of the
-// transaction that processes it (journal.TryLockPending), so an entry held by another
-// worker or instance is skipped, and the entries of an instance that dies or loses its
-// connection are free again as soon as the database ends its transactions (at once on
-// kill -9: the kernel closes the sockets), with no lease to wait out. Nothing is
-// leased, so a graceful stop or a failed pass has nothing to give back either.
+// It claims nothing ahead of time: each batch claims its entries with the row locks of
+// the transaction that processes them (journal.ClaimHeads, SKIP LOCKED), so an entry
+// held by another worker or instance is skipped, and the entries of an instance that
+// dies or loses its connection are free again as soon as the database ends its
+// transactions (at once on kill -9: the kernel closes the sockets), with no lease to
+// wait out. Nothing is leased, so a graceful stop or a failed pass has nothing to give
+// back either.
 type Sweeper struct {
 	e   *Engine
 	cfg SweeperConfig
-
-	mu       sync.Mutex
-	inflight map[string]bool // entry ids under way in this sweeper
 }
 
 // NewSweeper builds a sweeper on an engine.
 func NewSweeper(e *Engine, cfg SweeperConfig) *Sweeper {
-	return &Sweeper{e: e, cfg: cfg.withDefaults(), inflight: map[string]bool{}}
+	return &Sweeper{e: e, cfg: cfg.withDefaults()}
 }
 
 // Pass counts what one sweep did.
@@ -73,41 +72,35 @@ type Pass struct {
 	Outcomes map[Outcome]int
 }
 
-// Run sweeps until ctx ends. A pass does not wait for the entries it started: each runs
-// on its own (the engine bounds how many run at once), and the next pass starts when
-// Interval has passed, or at once when a full pass's entry finishes, so a slow or hung
-// handler holds only its own entry. Errors are logged once per outage, with a count
-// when it ends. Once ctx ends, Run starts nothing new, gives work under way
-// StopTimeout to finish, then cancels it, and returns nil.
+// Run runs Concurrency workers until ctx ends. Workers do not wait for one another, so
+// a slow or hung handler holds only its own worker (and its batch, until
+// HandlerTimeout). Errors are logged once per outage, with a count when it ends. Once
+// ctx ends, Run starts nothing new, gives work under way StopTimeout to finish, then
+// cancels it, and returns nil.
 func (s *Sweeper) Run(ctx context.Context) error {
 	// Work is not cancelled with ctx: it gets StopTimeout to finish first.
 	wctx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	var (
-		wg    sync.WaitGroup
-		freed = make(chan struct{}, 1)
-		out   = outage{log: s.e.log, what: "sweeper pass"}
+		wg  sync.WaitGroup
+		out = outage{log: s.e.log, what: "processing"}
 	)
-	t := time.NewTicker(s.cfg.Interval)
+	for range s.e.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.work(ctx, wctx, &out)
+		}()
+	}
+	t := time.NewTicker(max(s.cfg.Interval, time.Second))
 	defer t.Stop()
 	for ctx.Err() == nil {
-		full, err := s.dispatch(ctx, wctx, &wg, freed, &out)
-		if err != nil && ctx.Err() == nil {
-			out.fail(err)
-		} else if err == nil {
-			out.ok()
-		}
-		if !full {
-			// Drain a stale wake-up: only a full pass is followed at once.
-			select {
-			case <-freed:
-			default:
-			}
+		if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
+			s.e.m.Dead.Set(float64(dead))
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-freed:
 		}
 	}
 	done := make(chan struct{})
@@ -130,75 +123,40 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// dispatch runs one pass: it finds due heads and starts each in its own goroutine.
-// full reports that the pass was limited by BatchSize (more may be due).
-func (s *Sweeper) dispatch(ctx, wctx context.Context, wg *sync.WaitGroup, freed chan struct{}, out *outage) (full bool, err error) {
-	s.mu.Lock()
-	busy := len(s.inflight)
-	s.mu.Unlock()
-	free := s.cfg.BatchSize - busy
-	if free <= 0 {
-		return true, nil
-	}
-	s.e.m.SweeperRuns.Inc()
-	// Entries under way may come back; ask for enough to fill every free slot anyway.
-	due, err := journal.DueHeads(ctx, s.e.db, s.cfg.Grace, free+busy)
-	if err != nil {
-		return false, fmt.Errorf("sweeping: %w", err)
-	}
-	started := 0
-	for _, d := range due {
-		if started == free {
-			break
+// work is one worker: batch after batch while batches come back full, then a wait.
+func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		wake := s.e.wake.C() // before the batch, so that a Kick during it is not missed
+		s.e.m.SweeperRuns.Inc()
+		outs, heads, err := s.e.ProcessDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+		s.count(heads)
+		if err == nil {
+			err = s.e.chain(wctx, completed(outs, heads), outs)
 		}
-		s.mu.Lock()
-		if s.inflight[d.ID] {
-			s.mu.Unlock()
-			continue
-		}
-		s.inflight[d.ID] = true
-		s.mu.Unlock()
-		started++
-		kind := "stranded"
-		if d.Status == journal.StatusFailed {
-			kind = "retry"
-		}
-		s.e.m.SweeperPicked.WithLabelValues(kind).Inc()
-		wg.Add(1)
-		go func(item Item) {
-			defer wg.Done()
-			_, err := s.e.processItems(wctx, []Item{item}, true)
-			if err != nil && wctx.Err() == nil {
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
 				out.fail(err)
 			}
-			s.mu.Lock()
-			delete(s.inflight, item.ID)
-			s.mu.Unlock()
-			select {
-			case freed <- struct{}{}:
-			default:
+		default:
+			out.ok()
+			if len(heads) == s.cfg.BatchSize {
+				continue
 			}
-		}(Item{ID: d.ID, AggregateID: d.AggregateID, SequenceNo: d.SequenceNo})
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-wake:
+		}
 	}
-	if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
-		s.e.m.Dead.Set(float64(dead))
-	}
-	return started == free, nil
 }
 
-// Sweep runs one pass and waits for it: find due heads, process them, refresh the DEAD
-// gauge.
-func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
-	s.e.m.SweeperRuns.Inc()
-	p := Pass{Outcomes: map[Outcome]int{}}
-	due, err := journal.DueHeads(ctx, s.e.db, s.cfg.Grace, s.cfg.BatchSize)
-	if err != nil {
-		return p, fmt.Errorf("sweeping: %w", err)
-	}
-	items := make([]Item, len(due))
-	for i, c := range due {
-		items[i] = Item{ID: c.ID, AggregateID: c.AggregateID, SequenceNo: c.SequenceNo}
-		if c.Status == journal.StatusFailed {
+func (s *Sweeper) count(heads []journal.Head) (p Pass) {
+	for _, h := range heads {
+		if h.Status == journal.StatusFailed {
 			p.Retried++
 		} else {
 			p.Stranded++
@@ -206,17 +164,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	}
 	s.e.m.SweeperPicked.WithLabelValues("retry").Add(float64(p.Retried))
 	s.e.m.SweeperPicked.WithLabelValues("stranded").Add(float64(p.Stranded))
-	outcomes, perr := s.e.processItems(ctx, items, true)
-	for _, o := range outcomes {
-		if o != "" {
-			p.Outcomes[o]++
-		}
+	return p
+}
+
+// Sweep runs one batch and refreshes the DEAD gauge.
+func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
+	s.e.m.SweeperRuns.Inc()
+	outs, heads, err := s.e.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+	p := s.count(heads)
+	if err == nil {
+		err = s.e.chain(ctx, completed(outs, heads), outs)
+	}
+	p.Outcomes = map[Outcome]int{}
+	for _, o := range outs {
+		p.Outcomes[o]++
 	}
 	dead, derr := journal.CountByStatus(ctx, s.e.db, journal.StatusDead)
 	if derr == nil {
 		s.e.m.Dead.Set(float64(dead))
 	}
-	if err := errors.Join(perr, derr); err != nil {
+	if err := errors.Join(err, derr); err != nil {
 		return p, fmt.Errorf("sweeping: %w", err)
 	}
 	return p, nil
@@ -249,4 +216,17 @@ func (o *outage) ok() {
 		o.log.Info(o.what+" works again", "failures", o.n, "after", time.Since(o.since).Round(time.Millisecond))
 		o.n = 0
 	}
+}
+
+// completed returns the aggregates whose claimed event completed: their successors are
+// due now, even inside the grace period (with a changefeed, it may well have delivered
+// them already and seen them deferred).
+func completed(outs map[string]Outcome, heads []journal.Head) map[string]bool {
+	aggs := map[string]bool{}
+	for _, h := range heads {
+		if outs[h.ID].completes() {
+			aggs[h.AggregateID] = true
+		}
+	}
+	return aggs
 }

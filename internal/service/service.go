@@ -44,6 +44,8 @@ type Service struct {
 	reg  *process.Registry
 	pool *pgxpool.Pool
 	m    *metrics.Metrics
+
+	cockroach bool
 }
 
 // New connects to the database, applies migrations, and prepares the parts. reg holds
@@ -54,7 +56,7 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 		return nil, fmt.Errorf("parsing database url: %w", err)
 	}
 	// Processing workers, the subscriber, the sweeper and the API share the pool.
-	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 4); pcfg.MaxConns < min {
+	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 6); pcfg.MaxConns < min { // +2: push LISTEN and NOTIFY
 		pcfg.MaxConns = min
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -69,12 +71,13 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
-	if cfg.SweepGrace == 0 && isCockroach(ctx, pool) {
+	cockroach := isCockroach(ctx, pool)
+	if cfg.SweepGrace == 0 && cockroach {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New()}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New(), cockroach: cockroach}, nil
 }
 
 // Run serves until ctx is cancelled or a part fails, then shuts down in order.
@@ -86,6 +89,14 @@ func (s *Service) Run(ctx context.Context) error {
 	publisher := stompx.NewPublisher(stompCfg, 2)
 	defer publisher.Close()
 
+	// Processing starts as soon as ingest commits: a direct kick in this process, and
+	// NOTIFY to the others on PostgreSQL. On CockroachDB the changefeed is the push.
+	var push *process.Push
+	kick := func() {
+		if push != nil {
+			push.Notify()
+		}
+	}
 	sub, err := ingest.New(ingest.Config{
 		Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode,
 		Destinations: cfg.Destinations,
@@ -93,15 +104,20 @@ func (s *Service) Run(ctx context.Context) error {
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, DefaultEventType: cfg.DefaultEventType,
 		Logger: s.log.With("component", "ingest"), Metrics: s.m,
+		OnCommit: func(int) { kick() },
 	}, s.pool)
 	if err != nil {
 		return fmt.Errorf("configuring ingest: %w", err)
 	}
 
-	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts, HandlerTimeout: cfg.HandlerTimeout},
+	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts, HandlerTimeout: cfg.HandlerTimeout,
+		BatchSize: cfg.ProcessBatchSize},
 		s.m, s.log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
-		StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share
+		BatchSize: cfg.ProcessBatchSize, StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share
+	if !s.cockroach {
+		push = process.NewPush(engine, s.pool)
+	}
 
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Destinations[0],
@@ -128,7 +144,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopWork()
 	defer stopAPI()
 
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	var intake, work, serving sync.WaitGroup
 	start := func(wg *sync.WaitGroup, name string, run func() error) {
 		wg.Add(1)
@@ -141,6 +157,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	start(&intake, "ingest", func() error { return sub.Run(intakeCtx) })
 	start(&work, "sweeper", func() error { return sweeper.Run(workCtx) })
+	if push != nil {
+		start(&work, "push", func() error { return push.Run(workCtx) })
+	}
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}
