@@ -26,6 +26,7 @@ const (
 	rowIngest     = "ingest"
 	rowE2ESweeper = "e2e-sweeper"
 	rowE2EWebhook = "e2e-webhook"
+	rowE2EMax     = "e2e-max"
 )
 
 // rowArgs is what the parent tells a child.
@@ -112,7 +113,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		err error
 	)
 	switch a.Row {
-	case rowBroker, rowNaive, rowIngest:
+	case rowBroker, rowNaive, rowIngest, rowE2EMax:
 		go func() {
 			select {
 			case <-stdinClosed:
@@ -129,6 +130,8 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			res, err = runNaive(ctx, a)
 		case rowIngest:
 			res, err = runIngest(ctx, a, log)
+		case rowE2EMax:
+			res, err = runE2EMax(ctx, a, log)
 		}
 	case rowE2ESweeper, rowE2EWebhook:
 		res, err = runE2E(ctx, a, log, ready, stdinClosed)
