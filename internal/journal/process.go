@@ -254,22 +254,24 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 // successor this claim is meant to move on, and skipping it would strand it.
 // https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
 func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
-	order := `ORDER BY j.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+	// Two statements rather than one with "$3 IS NULL OR ...", which a generic plan
+	// could only serve with a scan of every pending row.
+	filter, order, args := ``, `ORDER BY j.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{grace.Milliseconds(), limit}
 	if aggregates != nil {
-		order = `ORDER BY j.sequence_no LIMIT $2 FOR UPDATE`
+		filter, order = `AND j.aggregate_id = ANY ($3::TEXT[])`, `ORDER BY j.sequence_no LIMIT $2 FOR UPDATE`
+		args = append(args, aggregates)
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT `+headColumns+`, false
 		FROM journal AS j
 		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
 		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
-		  AND ($3::TEXT[] IS NULL OR j.aggregate_id = ANY ($3::TEXT[]))
+		  `+filter+`
 		  AND NOT EXISTS (
 			SELECT 1 FROM journal AS p
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
 			  AND p.status IN ('RECEIVED', 'FAILED'))
-		`+order,
-		grace.Milliseconds(), limit, aggregates)
+		`+order, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming due journal entries: %w", err)
 	}

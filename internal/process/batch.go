@@ -32,7 +32,7 @@ const maxConflicts = 10
 // statement, commit once. Events of an aggregate whose earlier event did not complete
 // (in this batch or outside it) are deferred; FAILED events not yet due are left. Any
 // error means nothing of the batch was recorded.
-func (e *Engine) runBatch(ctx context.Context, claim claimFunc) (batchResult, error) {
+func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (batchResult, error) {
 	res := batchResult{outs: map[string]Outcome{}}
 	select {
 	case e.sem <- struct{}{}:
@@ -67,11 +67,18 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc) (batchResult, er
 	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
 	recs := make([]journal.Outcome, 0, len(heads))
 	herrs := map[string]error{}
+	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	if err != nil {
+		return res, err
+	}
 	for _, h := range heads {
 		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
 			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
 		var out Outcome
 		switch {
+		case applied[h.ID]:
+			out = OutcomeProcessed
+			recs = append(recs, journal.Outcome{ID: ev.ID, Status: journal.StatusProcessed})
 		case h.Blocked || held[h.AggregateID]:
 			out = OutcomeDeferred
 		case h.Status == journal.StatusFailed && !h.Due:
@@ -150,8 +157,9 @@ func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error)
 func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) claimFunc) (batchResult, int, error) {
 	conflicts := 0
 	timedOut := map[string]Outcome{}
+	setBased := true
 	for {
-		res, err := e.runBatch(ctx, claim(limit))
+		res, err := e.runBatch(ctx, claim(limit), setBased)
 		if err == nil {
 			for id, o := range timedOut {
 				res.outs[id] = o
@@ -160,6 +168,11 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) cla
 		}
 		var to *timeoutError
 		switch {
+		case errors.As(err, &to) && to.ev.ID == "" && setBased && ctx.Err() == nil:
+			// A set-based call overran: run the batch again event by event, which finds
+			// the culprit and records its timeout.
+			setBased = false
+			continue
 		case errors.As(err, &to) && to.ev.ID != "" && ctx.Err() == nil:
 			out, rerr := e.recordTimeout(ctx, to.ev, to)
 			if rerr != nil {
@@ -193,7 +206,8 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) cla
 
 // ProcessDue processes one batch of due aggregate heads (see journal.ClaimHeads): up
 // to limit of them, skipping entries other workers hold. aggregates, when not nil,
-// restricts it to those aggregates. It returns how many entries it claimed.
+// restricts it to those aggregates (and then waits for rows other transactions hold).
+// It returns the outcomes by id and the entries it claimed.
 func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (map[string]Outcome, []journal.Head, error) {
 	res, _, err := e.batch(ctx, limit, func(l int) claimFunc {
 		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
@@ -351,26 +365,96 @@ func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[strin
 	return nil
 }
 
-// waker lets workers wait for new work: Kick wakes every waiter at once.
-type waker struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
+// waker lets workers wait for new work. A kick wakes one waiting worker (kicks
+// coalesce while none is waiting); a worker that finds a full batch kicks the next, so
+// the number of busy workers follows the backlog instead of every ingest commit waking
+// them all for a handful of events.
+type waker struct{ ch chan struct{} }
 
-func (w *waker) C() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ch
-}
+func (w *waker) C() <-chan struct{} { return w.ch }
 
 func (w *waker) kick() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	close(w.ch)
-	w.ch = make(chan struct{})
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
 }
 
 // Kick tells the engine's workers (Sweeper.Run) that new entries were journaled, so
 // that they process them now instead of at their next interval: the push that replaces
 // a changefeed on PostgreSQL. It never blocks.
 func (e *Engine) Kick() { e.wake.kick() }
+
+// runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
+// are ready to run at once (due, no pending predecessor, the first of their aggregate in
+// the batch), one call per event type with at least two of them. It returns the events
+// it applied; the others (and every event of a call that did not apply all of them
+// cleanly, which is rolled back) are left to the per-event path.
+func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]bool, error) {
+	applied := map[string]bool{}
+	if !enabled {
+		return applied, nil
+	}
+	seen := map[string]bool{}
+	byType := map[string][]Event{}
+	var types []string
+	for _, h := range heads {
+		first := !seen[h.AggregateID]
+		seen[h.AggregateID] = true
+		if !first || h.Blocked || (h.Status == journal.StatusFailed && !h.Due) {
+			continue
+		}
+		if _, ok := e.reg.batchHandler(h.EventType); !ok {
+			continue
+		}
+		if byType[h.EventType] == nil {
+			types = append(types, h.EventType)
+		}
+		byType[h.EventType] = append(byType[h.EventType], Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID,
+			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1})
+	}
+	for _, typ := range types {
+		evs := byType[typ]
+		if len(evs) < 2 {
+			continue
+		}
+		bh, _ := e.reg.batchHandler(typ)
+		if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("opening set-based savepoint: %w", err)
+		}
+		var errs []error
+		herr, err := e.callWithDeadline(ctx, tx, typ, func(hctx context.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("batch handler panicked: %v", r)
+				}
+			}()
+			errs, err = bh.HandleBatch(hctx, handlerTx{tx}, evs)
+			return err
+		})
+		if err != nil {
+			return nil, err // timeout (retried event by event) or ctx
+		}
+		clean := herr == nil && len(errs) == len(evs)
+		for _, x := range errs {
+			clean = clean && x == nil
+		}
+		if clean {
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {
+				for _, ev := range evs {
+					applied[ev.ID] = true
+				}
+				continue
+			} else if isRetryable(err) {
+				return nil, err
+			}
+		}
+		if isRetryable(herr) {
+			return nil, herr
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("rolling back a set-based call: %w", err)
+		}
+	}
+	return applied, nil
+}

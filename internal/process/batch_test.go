@@ -2,10 +2,13 @@ package process_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -163,6 +166,70 @@ func TestPushAcrossInstances(t *testing.T) {
 		pushes[0].Notify() // A has no workers: only B can process it
 		testenv.Eventually(t, 5*time.Second, "processed by the other instance after NOTIFY", func() bool {
 			return pt.CountStatus(t, db.Pool, "PROCESSED") == round
+		})
+	}
+}
+
+// setEffects is a BatchHandler over pt.Effects: it writes every event's effect, then
+// fails the call if any event is meant to fail, so that the fallback must roll back.
+type setEffects struct {
+	*pt.Effects
+	batchCalls int
+}
+
+func (s *setEffects) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.Event) ([]error, error) {
+	s.batchCalls++
+	errs := make([]error, len(evs))
+	for i, ev := range evs {
+		if _, err := tx.Exec(ctx, `INSERT INTO test_effects (event_id, aggregate_id, sequence_no) VALUES ($1, $2, $3)`,
+			ev.ID, ev.AggregateID, ev.SequenceNo); err != nil {
+			return nil, err
+		}
+		var sp pt.Spec
+		if err := json.Unmarshal(ev.Payload, &sp); err != nil || sp.Reject || sp.Always || sp.Panic {
+			errs[i] = errors.New("not clean")
+		}
+	}
+	return errs, nil
+}
+
+// Issue 11: a set-based handler applies a clean batch in one call; one bad event rolls
+// the call back and every event goes through Handle alone, so the bad one stays alone.
+func TestBatchHandler(t *testing.T) {
+	for _, bad := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bad=%v", bad), func(t *testing.T) {
+			db := testenv.NewDB(t)
+			sh := &setEffects{Effects: pt.NewEffects(t, db.Pool)}
+			reg := process.NewRegistry()
+			reg.Register(pt.EffectType, sh)
+			e := process.New(db.Pool, reg, process.Config{MaxAttempts: 3}, metrics.New(), nil)
+			var payloads [][]byte
+			for i := 0; i < 5; i++ {
+				payloads = append(payloads, pt.Payload(pt.Spec{Aggregate: fmt.Sprintf("a%d", i), Reject: bad && i == 2}))
+			}
+			ids := pt.Ingest(t, db.Pool, payloads...)
+			if _, _, err := e.ProcessDue(context.Background(), 0, 100, nil); err != nil {
+				t.Fatal(err)
+			}
+			if sh.batchCalls != 1 {
+				t.Errorf("batch calls = %d, want 1", sh.batchCalls)
+			}
+			wantEffects, wantSingle := 5, 0
+			if bad {
+				wantEffects, wantSingle = 4, 1
+			}
+			for i, id := range ids {
+				status, _, _ := pt.Status(t, db.Pool, id)
+				if want := map[bool]string{false: "PROCESSED", true: "REJECTED"}[bad && i == 2]; status != want {
+					t.Errorf("event %d: %s, want %s", i, status, want)
+				}
+				if c := sh.Calls(id); c != wantSingle {
+					t.Errorf("event %d: Handle ran %d times, want %d", i, c, wantSingle)
+				}
+			}
+			if r := pt.Check(t, db.Pool); r.Effects != wantEffects {
+				t.Errorf("effects = %d, want %d", r.Effects, wantEffects)
+			}
 		})
 	}
 }

@@ -140,7 +140,7 @@ func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger)
 		reg = NewRegistry()
 	}
 	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
-		wake: waker{ch: make(chan struct{})}}
+		wake: waker{ch: make(chan struct{}, 1)}}
 }
 
 // Registry returns the engine's handler registry.

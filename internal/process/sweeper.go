@@ -128,7 +128,6 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		wake := s.e.wake.C() // before the batch, so that a Kick during it is not missed
 		s.e.m.SweeperRuns.Inc()
 		outs, heads, err := s.e.ProcessDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
 		s.count(heads)
@@ -143,13 +142,14 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
 		default:
 			out.ok()
 			if len(heads) == s.cfg.BatchSize {
+				s.e.Kick() // more is waiting: another worker may join
 				continue
 			}
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-wake:
+		case <-s.e.wake.C():
 		}
 	}
 }
