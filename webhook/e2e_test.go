@@ -35,7 +35,7 @@ type instance struct {
 const maxAttempts = 4
 
 // sweepRetriesOnly leaves RECEIVED rows to the webhook: only FAILED rows are swept.
-var sweepRetriesOnly = &process.SweeperConfig{Interval: 10 * time.Millisecond, Grace: time.Hour, Lease: 300 * time.Millisecond}
+var sweepRetriesOnly = &process.SweeperConfig{Interval: 10 * time.Millisecond, Grace: time.Hour}
 
 func startInstance(t *testing.T, db *testenv.DB, fx *pt.Effects, sweeper *process.SweeperConfig) instance {
 	t.Helper()

@@ -28,7 +28,8 @@ import (
 )
 
 // runE2E is row 4: ingest plus processing, until stop closes. On the sweeper path the
-// sweeper (grace 0) is the only driver, as on PostgreSQL in production. On the webhook
+// sweeper's workers (grace 0), kicked by every ingest commit, drive processing, as on
+// PostgreSQL in production. On the webhook
 // path a stand-in for the CockroachDB changefeed tails the journal's RECEIVED rows and
 // posts them through sinktest (the sink's wrapped batches, 4 in flight) to the real
 // webhook handler over HTTPS; a sweeper with a 5 s grace stays as the safety net, and
@@ -66,7 +67,11 @@ func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop
 			}
 		}()
 	}
-	ingest, err := ingestRunner(ctx, a, pool, m, log)
+	var onCommit func(int)
+	if a.Row == rowE2ESweeper {
+		onCommit = func(int) { eng.Kick() } // the push of PostgreSQL, in process
+	}
+	ingest, err := ingestRunner(ctx, a, pool, m, log, onCommit)
 	if err != nil {
 		return rowResult{}, err
 	}
@@ -246,4 +251,70 @@ func histogram(h prometheus.Histogram) (uint64, float64) {
 		return 0, 0
 	}
 	return d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
+}
+
+// runE2EMax is the e2e-max row: the corpus is on the queue before it starts; ingest and
+// processing (workers kicked by each ingest commit, as on PostgreSQL in production)
+// run together, and the clock stops when every message is acked and no journal entry
+// is pending any more: the end-to-end ceiling, to compare with the ingest row.
+func runE2EMax(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, error) {
+	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	if err != nil {
+		return rowResult{}, err
+	}
+	defer pool.Close()
+	m := metrics.New()
+	reg := process.NewRegistry()
+	reg.Register(registration.EventType, registration.Handler)
+	eng := process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log)
+	sub, err := newSubscriber(a, pool, m, log, func(int) { eng.Kick() })
+	if err != nil {
+		return rowResult{}, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	done := make(chan error, 2)
+	go func() { done <- sub.Run(runCtx) }()
+	go func() {
+		done <- process.NewSweeper(eng, process.SweeperConfig{Interval: a.Knobs.SweepInterval, Grace: 0}).Run(runCtx)
+	}()
+	acked := m.Acked.WithLabelValues(a.Queue)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var res rowResult
+	for {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case err := <-done:
+			return res, fmt.Errorf("stopped after %d of %d acks: %v", res.Received, a.N, err)
+		case <-t.C:
+		}
+		if res.Received = int(counterValue(acked)); res.Received < a.N {
+			continue
+		}
+		received, err := journal.CountByStatus(ctx, pool, journal.StatusReceived)
+		if err != nil {
+			return res, err
+		}
+		failed, err := journal.CountByStatus(ctx, pool, journal.StatusFailed)
+		if err != nil {
+			return res, err
+		}
+		if received+failed == 0 {
+			break
+		}
+	}
+	res.DrainSeconds = time.Since(start).Seconds()
+	stop()
+	for range 2 {
+		if err := <-done; err != nil {
+			return res, err
+		}
+	}
+	batches, sum := histogram(m.ProcessSeconds.WithLabelValues(registration.EventType).(prometheus.Histogram))
+	res.Note = fmt.Sprintf("processed %.0f; batch transaction %.1f ms on average per event", counterValue(m.Processed.WithLabelValues(registration.EventType, "processed")),
+		sum/float64(max(batches, 1))*1e3)
+	return res, nil
 }

@@ -20,10 +20,10 @@ import (
 var errNotAvailable = errors.New("row not available in this build")
 
 // available says which rows this build can run.
-var available = map[string]bool{rowBroker: true, rowNaive: true, rowIngest: true, rowIngestPrune: true, rowE2ESweeper: true, rowE2EWebhook: true}
+var available = map[string]bool{rowBroker: true, rowNaive: true, rowIngest: true, rowIngestPrune: true, rowE2ESweeper: true, rowE2EWebhook: true, rowE2EMax: true}
 
 // newSubscriber builds the real ingest subscriber (internal/ingest) with the row's knobs.
-func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger) (*ingest.Subscriber, error) {
+func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger, onCommit func(int)) (*ingest.Subscriber, error) {
 	sub, err := ingest.New(ingest.Config{
 		Addr:             a.StompAddr,
 		Destinations:     []string{a.Queue},
@@ -35,6 +35,7 @@ func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.
 		DefaultEventType: "registration",
 		Logger:           log,
 		Metrics:          m,
+		OnCommit:         onCommit,
 	}, pool)
 	if err != nil {
 		return nil, fmt.Errorf("building the ingest subscriber: %w", err)
@@ -51,7 +52,7 @@ func runIngest(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, err
 	}
 	defer pool.Close()
 	m := metrics.New()
-	sub, err := newSubscriber(a, pool, m, log)
+	sub, err := newSubscriber(a, pool, m, log, nil)
 	if err != nil {
 		return rowResult{}, err
 	}
@@ -87,8 +88,8 @@ func runIngest(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, err
 }
 
 // ingestRunner returns the ingest loop of the end-to-end rows: the real subscriber.
-func ingestRunner(ctx context.Context, a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger) (func(context.Context) error, error) {
-	sub, err := newSubscriber(a, pool, m, log)
+func ingestRunner(ctx context.Context, a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger, onCommit func(int)) (func(context.Context) error, error) {
+	sub, err := newSubscriber(a, pool, m, log, onCommit)
 	if err != nil {
 		return nil, err
 	}

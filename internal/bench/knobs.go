@@ -88,7 +88,9 @@ func (k Knobs) label(row string) string {
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowE2ESweeper:
-		return fmt.Sprintf("batch=%d ack=%s conc=%d sweep=%s", k.BatchSize, k.AckMode, k.Concurrency, k.SweepInterval)
+		return fmt.Sprintf("batch=%d ack=%s conc=%d push sweep=%s", k.BatchSize, k.AckMode, k.Concurrency, k.SweepInterval)
+	case rowE2EMax:
+		return fmt.Sprintf("pre-published; batch=%d conc=%d push", k.BatchSize, k.Concurrency)
 	default:
 		return fmt.Sprintf("batch=%d ack=%s conc=%d feed-flush=%s", k.BatchSize, k.AckMode, k.Concurrency, k.FeedFlush)
 	}

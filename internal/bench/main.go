@@ -23,6 +23,7 @@ type options struct {
 	Rows        []string
 	Knobs       Knobs
 	Rate        float64
+	HighRate    float64
 	E2EDuration time.Duration
 	Warmup      int
 	Dup, Bad    float64
@@ -39,7 +40,7 @@ type options struct {
 	SweepInFlight []int
 }
 
-var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2ESweeper, rowE2EWebhook}
+var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowE2ESweeper, rowE2EWebhook}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -59,6 +60,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
 	fs.StringVar(&rows, "rows", strings.Join(allRows, ","), "rows to run, comma-separated")
 	fs.Float64Var(&o.Rate, "rate", 1000, "end-to-end rows: offered rate, messages per second")
+	fs.Float64Var(&o.HighRate, "rate-high", 3000, "e2e-sweeper row: a second offered rate, to show whether a backlog grows (0: off)")
 	fs.DurationVar(&o.E2EDuration, "e2e-duration", 0, "end-to-end rows: how long to publish at -rate (default 20s; quick 3s)")
 	fs.IntVar(&o.Warmup, "warmup", 200, "end-to-end rows: messages processed before measuring")
 	fs.Float64Var(&o.Dup, "dup", 0.30, "drain rows: share of duplicate messages")
@@ -258,7 +260,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func (o *options) settings() map[string]any {
 	return map[string]any{
 		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
-		"rate": o.Rate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup,
+		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup,
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
 	}
 }

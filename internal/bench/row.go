@@ -29,6 +29,7 @@ const (
 	rowIngestPrune = "ingest+prune"
 	rowE2ESweeper  = "e2e-sweeper"
 	rowE2EWebhook  = "e2e-webhook"
+	rowE2EMax      = "e2e-max"
 )
 
 // rowArgs is what the parent tells a child.
@@ -115,7 +116,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		err error
 	)
 	switch a.Row {
-	case rowBroker, rowNaive, rowIngest, rowIngestPrune:
+	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax:
 		go func() {
 			select {
 			case <-stdinClosed:
@@ -134,6 +135,8 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			res, err = runIngest(ctx, a, log)
 		case rowIngestPrune:
 			res, err = runIngestPruning(ctx, a, log)
+		case rowE2EMax:
+			res, err = runE2EMax(ctx, a, log)
 		}
 	case rowE2ESweeper, rowE2EWebhook:
 		res, err = runE2E(ctx, a, log, ready, stdinClosed)

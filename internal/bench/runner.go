@@ -38,7 +38,8 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 		for _, n := range r.o.Ns {
 			// Generated per N and dropped after, to keep the parent small (see selfPeakRSS).
 			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
-			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune} {
+			var ingestRate float64
+			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax} {
 				if !contains(r.o.Rows, row) {
 					continue
 				}
@@ -50,6 +51,13 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 					m, err := r.drainRow(ctx, row, k, corpus, i)
 					if err != nil {
 						return err
+					}
+					switch {
+					case row == rowIngest && ingestRate == 0:
+						ingestRate = m.MsgPerSec
+					case row == rowE2EMax && ingestRate > 0:
+						m.Note = fmt.Sprintf("%.2f× ingest (%.0f msg/s) in this repetition; %s", m.MsgPerSec/ingestRate, ingestRate, m.Note)
+						r.logf("rep %d: e2e-max N=%d: %.2f× ingest", i, n, m.MsgPerSec/ingestRate)
 					}
 					rep.Measurements = append(rep.Measurements, m)
 				}
@@ -63,11 +71,17 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 				r.logf("skipping %s: %v", row, errNotAvailable)
 				continue
 			}
-			m, err := r.e2eRow(ctx, row, r.o.Knobs, i)
-			if err != nil {
-				return err
+			rates := []float64{r.o.Rate}
+			if r.o.HighRate > 0 && row == rowE2ESweeper {
+				rates = append(rates, r.o.HighRate) // the backlog check: p99 must stay flat
 			}
-			rep.Measurements = append(rep.Measurements, m)
+			for _, rate := range rates {
+				m, err := r.e2eRow(ctx, row, r.o.Knobs, i, rate)
+				if err != nil {
+					return err
+				}
+				rep.Measurements = append(rep.Measurements, m)
+			}
 		}
 	}
 	return nil
@@ -174,6 +188,9 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 	if counts.Journal != len(c.IDs) || counts.Quarantine != c.Malformed {
 		return fmt.Sprintf("journal=%d (want %d) quarantine=%d (want %d)", counts.Journal, len(c.IDs), counts.Quarantine, c.Malformed), false
 	}
+	if row == rowE2EMax && counts.ByStatus[journal.StatusProcessed] != counts.Journal {
+		return fmt.Sprintf("journal by status %v, want all PROCESSED", counts.ByStatus), false
+	}
 	ids, err := journal.IDs(ctx, pool)
 	if err != nil {
 		return err.Error(), false
@@ -203,9 +220,9 @@ func (r *runner) purge(ctx context.Context, queue string) {
 // e2eRow measures row 4: the child runs ingest and processing; the parent publishes a
 // warm-up, then -rate messages per second for -e2e-duration, waits until all are
 // PROCESSED and reads the latencies from the journal.
-func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Measurement, error) {
-	total := int(r.o.Rate * r.o.E2EDuration.Seconds())
-	m := Measurement{Row: row, Config: k.label(row), Knobs: k, N: total, Rep: rep, OfferedRate: r.o.Rate}
+func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate float64) (Measurement, error) {
+	total := int(rate * r.o.E2EDuration.Seconds())
+	m := Measurement{Row: row, Config: fmt.Sprintf("%s rate=%.0f", k.label(row), rate), Knobs: k, N: total, Rep: rep, OfferedRate: rate}
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
@@ -237,7 +254,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Meas
 		defer conn.Disconnect()
 		next := 0
 		phase := func(n int, within time.Duration) error {
-			if err := publishPaced(ctx, conn, queue, n, r.o.Rate, func(_ int, sentAt time.Time) []byte {
+			if err := publishPaced(ctx, conn, queue, n, rate, func(_ int, sentAt time.Time) []byte {
 				next++
 				return registrationBody(message.SeededID(rng), next, registered, sentAt)
 			}); err != nil {
@@ -253,7 +270,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Meas
 		measureFrom = time.Now()
 		return phase(total, 2*time.Minute)
 	}
-	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, r.o.Rate, r.o.E2EDuration)
+	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, rate, r.o.E2EDuration)
 	out, err := runChild(ctx, a, r.pids, during)
 	if err != nil {
 		r.purge(ctx, queue)
@@ -264,8 +281,9 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Meas
 	if err != nil {
 		return m, err
 	}
-	var e2e, ing []time.Duration
+	var e2e, ing, firstHalf, secondHalf []time.Duration
 	var last time.Time
+	half := measureFrom.Add(r.o.E2EDuration / 2)
 	for _, t := range timings {
 		sent, err := time.Parse(time.RFC3339Nano, t.SentAt)
 		if err != nil {
@@ -275,12 +293,19 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int) (Meas
 			continue // warm-up
 		}
 		e2e = append(e2e, t.ProcessedAt.Sub(sent))
+		if sent.Before(half) {
+			firstHalf = append(firstHalf, t.ProcessedAt.Sub(sent))
+		} else {
+			secondHalf = append(secondHalf, t.ProcessedAt.Sub(sent))
+		}
 		ing = append(ing, t.ReceivedAt.Sub(sent))
 		if t.ProcessedAt.After(last) {
 			last = t.ProcessedAt
 		}
 	}
 	lat, ingLat := summarize(e2e), summarize(ing)
+	// A growing backlog shows as a second half slower than the first.
+	m.Note = fmt.Sprintf("p99 first/second half %.0f/%.0f ms; %s", summarize(firstHalf).P99, summarize(secondHalf).P99, m.Note)
 	m.Latency, m.IngestLatency = &lat, &ingLat
 	// Throughput of the measured phase: messages over first send → last processed.
 	m.DrainSeconds = last.Sub(measureFrom).Seconds()

@@ -69,10 +69,12 @@ type Config struct {
 	MaxInflightBytes int
 	DefaultEventType string
 
-	Concurrency   int
-	MaxAttempts   int
-	SweepInterval time.Duration
-	SweepGrace    time.Duration
+	Concurrency      int
+	MaxAttempts      int
+	ProcessBatchSize int
+	HandlerTimeout   time.Duration
+	SweepInterval    time.Duration
+	SweepGrace       time.Duration
 
 	Retention           time.Duration // PROCESSED and REJECTED journal entries; 0 keeps them forever
 	QuarantineRetention time.Duration // quarantine rows; 0 keeps them forever
@@ -182,6 +184,8 @@ func settings(c *Config) []setting {
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field", "registration", str(&c.DefaultEventType)},
 		{"concurrency", "INBOXD_CONCURRENCY", "events processed in parallel (different aggregates)", "8", num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
+		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},
+		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", "168h", dur(&c.Retention)},
@@ -298,6 +302,12 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboxRetention <= 0 {
 		problems = append(problems, "outbox-retention must be positive")
+	}
+	if c.ProcessBatchSize < 1 {
+		problems = append(problems, "process-batch-size must be at least 1")
+	}
+	if c.HandlerTimeout < time.Millisecond {
+		problems = append(problems, "handler-timeout must be at least 1ms")
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

@@ -106,6 +106,10 @@ type Config struct {
 
 	Logger  *slog.Logger     // nil discards
 	Metrics *metrics.Metrics // nil disables metrics
+
+	// OnCommit, when set, is called after each batch commit that journaled new entries,
+	// with their number: processing's push (process.Engine.Kick). It must not block.
+	OnCommit func(inserted int)
 }
 
 func (c Config) withDefaults() (Config, error) {

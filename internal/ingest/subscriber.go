@@ -692,6 +692,9 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 	if err != nil {
 		return &CommitError{Err: err}
 	}
+	if res.Inserted > 0 && s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(res.Inserted)
+	}
 	if m := s.cfg.Metrics; m != nil {
 		m.CommitSeconds.Observe(time.Since(start).Seconds())
 		m.BatchSize.Observe(float64(len(b.msgs)))

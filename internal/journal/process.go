@@ -30,12 +30,24 @@ type Pending struct {
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
 func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+	return lockPending(ctx, tx, id, "FOR UPDATE")
+}
+
+// TryLockPending is LockPending without waiting: found is also false when another
+// transaction holds the row (it is processing the entry right now). The row lock is the
+// claim: it ends with the transaction, so a worker that dies (kill -9, lost connection)
+// gives its entries back as soon as the database notices, with no lease to wait out.
+func TryLockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+	return lockPending(ctx, tx, id, "FOR UPDATE SKIP LOCKED")
+}
+
+func lockPending(ctx context.Context, tx DB, id, lock string) (p Pending, found bool, err error) {
 	err = tx.QueryRow(ctx, `
 		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
 		       next_attempt_at <= now()
 		FROM journal
 		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
-		FOR UPDATE`, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
+		`+lock, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Pending{}, false, nil
@@ -130,45 +142,46 @@ func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
 	return nil
 }
 
-// Claimed is an entry the sweeper took.
-type Claimed struct {
+// Due is an entry that needs the sweeper.
+type Due struct {
 	ID          string
 	Status      string
 	AggregateID string
 	SequenceNo  int64
 }
 
-// ClaimDue takes up to limit entries that need the sweeper: FAILED entries whose
+// DueHeads returns up to limit entries that need the sweeper: FAILED entries whose
 // next_attempt_at has passed, and RECEIVED entries older than grace (the changefeed
-// should have delivered them by then). Claiming pushes next_attempt_at lease into the
-// future, so that other inboxd instances' sweepers skip these rows while this one works
-// on them and take them over if it dies; SKIP LOCKED keeps concurrent sweepers and
-// in-flight webhook transactions from waiting on one another.
+// should have delivered them by then), each the earliest pending entry of its
+// aggregate (a later one could only be deferred). It neither locks nor leases: the
+// processing transaction claims each entry with TryLockPending, so a row another
+// worker holds is skipped there, and a dead worker's rows are free again at once.
 //
 // next_attempt_at doubles as the RECEIVED entries' age (ingest sets it to now()), so
 // one partial index (journal_pending) serves both kinds.
-func ClaimDue(ctx context.Context, db DB, grace, lease time.Duration, limit int) ([]Claimed, error) {
+func DueHeads(ctx context.Context, db DB, grace time.Duration, limit int) ([]Due, error) {
 	rows, err := db.Query(ctx, `
-		UPDATE journal SET next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond'
-		WHERE id IN (
-			SELECT id FROM journal
-			WHERE status IN ('RECEIVED', 'FAILED') AND next_attempt_at <= now()
-			  AND (status = 'FAILED' OR next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
-			ORDER BY next_attempt_at
-			LIMIT $2::INT8
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id::TEXT, status, aggregate_id, sequence_no`,
-		grace.Milliseconds(), limit, lease.Milliseconds())
+		SELECT j.id::TEXT, j.status, j.aggregate_id, j.sequence_no
+		FROM journal AS j
+		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
+		  AND NOT EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED'))
+		ORDER BY j.next_attempt_at
+		LIMIT $2`,
+		grace.Milliseconds(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+		return nil, fmt.Errorf("finding due journal entries: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+		var c Due
 		err := r.Scan(&c.ID, &c.Status, &c.AggregateID, &c.SequenceNo)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+		return nil, fmt.Errorf("finding due journal entries: %w", err)
 	}
 	return out, nil
 }
@@ -203,4 +216,129 @@ func RowsAsJSON(ctx context.Context, db DB, ids []string) ([]json.RawMessage, er
 		return nil, fmt.Errorf("reading journal rows: %w", err)
 	}
 	return out, nil
+}
+
+// Head is a pending entry locked by a processing batch. Blocked reports an earlier
+// entry of its aggregate still RECEIVED or FAILED outside the batch.
+type Head struct {
+	Pending
+	Blocked bool
+}
+
+const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
+       j.attempts, j.next_attempt_at <= now()`
+
+func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Head, error) {
+		var h Head
+		err := r.Scan(&h.ID, &h.EventType, &h.AggregateID, &h.SequenceNo, &h.Tag, &h.Payload, &h.Status,
+			&h.Attempts, &h.Due, &h.Blocked)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the
+// earliest pending entry of their aggregate: FAILED entries whose next attempt has come,
+// and RECEIVED entries older than grace. Rows another transaction holds are skipped
+// (SKIP LOCKED), so concurrent batches, in this instance or another, never wait for one
+// another and never take the same entry. The lock is the claim: it ends with tx, so a
+// dead worker's entries are free again at once.
+//
+// aggregates, when not nil, restricts the claim to those aggregates (the successors of
+// a delivery just processed), and then a row another transaction holds is waited for,
+// in sequence order: that transaction may be a delivery that is deferring the very
+// successor this claim is meant to move on, and skipping it would strand it.
+// https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
+func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
+	// Two statements rather than one with "$3 IS NULL OR ...", which a generic plan
+	// could only serve with a scan of every pending row.
+	filter, order, args := ``, `ORDER BY j.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{grace.Milliseconds(), limit}
+	if aggregates != nil {
+		filter, order = `AND j.aggregate_id = ANY ($3::TEXT[])`, `ORDER BY j.sequence_no LIMIT $2 FOR UPDATE`
+		args = append(args, aggregates)
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT `+headColumns+`, false
+		FROM journal AS j
+		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
+		  `+filter+`
+		  AND NOT EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED'))
+		`+order, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+	}
+	return scanHeads(rows, "claiming due journal entries")
+}
+
+// LockBatch locks, for the rest of tx, those of ids that are still pending, in
+// sequence order (so that two batches sharing entries lock them in the same order and
+// cannot deadlock). A row another transaction holds is waited for and re-read.
+func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+headColumns+`,
+		       EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED') AND p.id <> ALL ($1::UUID[]))
+		FROM journal AS j
+		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED')
+		ORDER BY j.sequence_no
+		FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("locking journal entries: %w", err)
+	}
+	return scanHeads(rows, "locking journal entries")
+}
+
+// Outcome is the outcome of one entry in a processing batch.
+type Outcome struct {
+	ID     string
+	Status string // PROCESSED, REJECTED, FAILED or DEAD
+	Error  string // the handler's error, for all but PROCESSED
+	// Backoff is the delay before the next attempt of a FAILED entry.
+	Backoff time.Duration
+}
+
+// RecordOutcomes records the outcomes of a batch in one statement: the status, one
+// more attempt, the error, and for FAILED entries the time of the next attempt.
+func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
+	if len(results) == 0 {
+		return nil
+	}
+	ids := make([]string, len(results))
+	statuses := make([]string, len(results))
+	errs := make([]*string, len(results))
+	backoffs := make([]int64, len(results))
+	for i, r := range results {
+		ids[i], statuses[i], backoffs[i] = r.ID, r.Status, r.Backoff.Milliseconds()
+		if r.Status != StatusProcessed {
+			s := errorText(r.Error)
+			errs[i] = &s
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE journal AS j
+		SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
+		    next_attempt_at = CASE WHEN r.status = 'FAILED'
+		                           THEN now() + r.backoff_ms * INTERVAL '1 millisecond'
+		                           ELSE j.next_attempt_at END,
+		    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
+		    updated_at = now()
+		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[]) AS r(id, status, err, backoff_ms)
+		WHERE j.id = r.id`, ids, statuses, errs, backoffs)
+	if err != nil {
+		return fmt.Errorf("recording %d processing outcomes: %w", len(results), err)
+	}
+	if int(tag.RowsAffected()) != len(results) {
+		return fmt.Errorf("recording %d processing outcomes: %d rows affected", len(results), tag.RowsAffected())
+	}
+	return nil
 }

@@ -26,61 +26,57 @@ func ingestN(t *testing.T, db journal.DB, n int, agg string) []string {
 	return ids
 }
 
-func TestClaimDue(t *testing.T) {
+func TestDueHeads(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
-	ids := ingestN(t, db.Pool, 10, "a")
-	// Two FAILED rows, one due and one not.
+	ids := ingestN(t, db.Pool, 4, "a")
+	other := ingestN(t, db.Pool, 2, "bb")
+	// a: a due FAILED head; bb: a FAILED head not yet due.
 	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'FAILED', next_attempt_at = now() - INTERVAL '1 second' WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'FAILED', next_attempt_at = now() + INTERVAL '1 hour' WHERE id = $1`, ids[1]); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'FAILED', next_attempt_at = now() + INTERVAL '1 hour' WHERE id = $1`, other[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'PROCESSED' WHERE id = $1`, ids[2]); err != nil {
-		t.Fatal(err)
-	}
-
-	// Inside the grace period only the due retry is claimed.
-	got, err := journal.ClaimDue(ctx, db.Pool, time.Hour, time.Minute, 100)
-	if err != nil || len(got) != 1 || got[0].ID != ids[0] || got[0].Status != "FAILED" || got[0].AggregateID != "a" {
-		t.Fatalf("claim with grace = %+v, %v; want only %s", got, err, ids[0])
-	}
-	// Claimed rows are leased: a second claim (another instance) skips them.
-	got, err = journal.ClaimDue(ctx, db.Pool, 0, time.Minute, 4)
-	if err != nil || len(got) != 4 {
-		t.Fatalf("claim = %d, %v; want 4", len(got), err)
-	}
-	seen := map[string]bool{ids[0]: true}
-	for _, c := range got {
-		if seen[c.ID] || c.Status != "RECEIVED" {
-			t.Errorf("claimed %+v twice or wrong status", c)
+	heads := func(grace time.Duration) []string {
+		t.Helper()
+		got, err := journal.DueHeads(ctx, db.Pool, grace, 100)
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[c.ID] = true
+		var out []string
+		for _, d := range got {
+			out = append(out, d.ID)
+		}
+		return out
 	}
-	// A row locked by an in-flight transaction is skipped, not waited for.
+	// Only heads: the rest of each aggregate waits for its predecessor.
+	if got := heads(0); len(got) != 1 || got[0] != ids[0] {
+		t.Errorf("heads = %v, want only %s", got, ids[0])
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'PROCESSED' WHERE id = ANY ($1::UUID[])`, []string{ids[0], other[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := heads(0); len(got) != 2 || got[0] == got[1] {
+		t.Errorf("heads = %v, want the next of each aggregate", got)
+	}
+	// Inside the grace period RECEIVED rows are left to the feed.
+	if got := heads(time.Hour); len(got) != 0 {
+		t.Errorf("heads with grace = %v, want none", got)
+	}
+	// A locked row is skipped by TryLockPending, not waited for.
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	var locked string
-	if err := tx.QueryRow(ctx, `SELECT id::TEXT FROM journal WHERE status = 'RECEIVED' AND next_attempt_at <= now() ORDER BY sequence_no LIMIT 1 FOR UPDATE`).Scan(&locked); err != nil {
-		t.Fatal(err)
+	if _, found, err := journal.LockPending(ctx, tx, ids[1]); err != nil || !found {
+		t.Fatalf("lock: %v, %v", found, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	got, err = journal.ClaimDue(cctx, db.Pool, 0, time.Minute, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 { // 10 - processed - not-due - 5 leased - 1 locked
-		t.Errorf("claimed %d, want 2", len(got))
-	}
-	for _, c := range got {
-		if c.ID == locked || seen[c.ID] {
-			t.Errorf("claimed %s again", c.ID)
-		}
+	if _, found, err := journal.TryLockPending(cctx, db.Pool, ids[1]); err != nil || found {
+		t.Errorf("TryLockPending of a locked row = %v, %v; want not found", found, err)
 	}
 }
 

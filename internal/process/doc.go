@@ -20,14 +20,25 @@
 // idempotency key there: a transaction can be retried, and a crash between the
 // external call and the commit leads to a second attempt.
 //
-// # One transaction per event
+// # Batches
 //
-// Engine.Process runs each event in one transaction (crdb.ExecuteInTx, which retries
-// SQLSTATE 40001): lock the journal row, return if it is no longer RECEIVED/FAILED
-// (a duplicate delivery), check ordering, run the handler inside a savepoint, record
-// the outcome. A handler error rolls back to the savepoint, so its partial effects
-// vanish while the failure itself (attempts, last_error, next_attempt_at) is recorded.
-// A retryable error (40001) is not a handler failure: it restarts the whole transaction.
+// Events are processed many per transaction. A batch claims and locks its events in
+// one statement (journal.ClaimHeads: due aggregate heads, SKIP LOCKED; or, for a
+// changefeed delivery, journal.LockBatch: the delivered ids), runs each handler in its
+// own savepoint in sequence order, records every outcome with one statement
+// (journal.RecordOutcomes) and commits once. A handler error (or panic) rolls back to
+// its savepoint, so its partial effects vanish while the failure itself (attempts,
+// last_error, next_attempt_at) is recorded with the others. A retryable error (40001,
+// from the database or a handler) is not a handler failure: the whole batch runs
+// again, and with half as many events once it keeps conflicting.
+//
+// On CockroachDB every batch is one serializable transaction over up to BatchSize
+// rows: the larger the batch, the more likely two batches (or a batch and an operator
+// action) touch the same rows and one of them restarts, redoing all its handlers.
+// Heads of distinct aggregates claimed with SKIP LOCKED rarely collide, so the default
+// of 100 keeps the commit cost per event low; lower INBOXD_PROCESS_BATCH_SIZE when
+// inboxd_process_outcomes_total{outcome="conflict"} grows, or when handlers are slow
+// (a batch holds its rows' locks until its last handler ends).
 //
 // # Ordering
 //
@@ -47,6 +58,16 @@
 //
 // Sweeper.Run retries due FAILED entries and picks up RECEIVED entries the changefeed
 // has not delivered within a grace period (PostgreSQL has no changefeed at all; with
-// grace 0 the sweeper alone drives the pipeline). Claims use FOR UPDATE SKIP LOCKED
-// plus a lease on next_attempt_at, so several inboxd instances can sweep one database.
+// grace 0 the sweeper alone drives the pipeline). An entry is claimed by the row lock
+// of the transaction that processes it (FOR UPDATE SKIP LOCKED), so several inboxd
+// instances can sweep one database, and a dead instance's entries are free as soon as
+// the database ends its transactions: there is no lease to wait out.
+//
+// # Deadlines
+//
+// Each handler runs under Config.HandlerTimeout, which is also the transaction's
+// statement_timeout. An overrun is a failed attempt, recorded in a transaction of its
+// own. A handler that ignores its context is abandoned a second later: its
+// transaction's connection is closed, so the database rolls it back and frees the row,
+// and the worker moves on. Nothing of an abandoned transaction is ever recorded.
 package process

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
@@ -36,6 +35,13 @@ type Config struct {
 	// together do not retry together. Defaults 1s and 5m.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
+	// BatchSize bounds the events of one processing transaction. Default 100; see
+	// package doc (Batches) for CockroachDB.
+	BatchSize int
+	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
+	// processing transaction. A handler that overruns it fails (the attempt counts).
+	// Default 30s.
+	HandlerTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +56,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.HandlerTimeout <= 0 {
+		c.HandlerTimeout = 30 * time.Second
 	}
 	if c.MaxBackoff < c.BaseBackoff {
 		c.MaxBackoff = c.BaseBackoff
@@ -107,9 +119,11 @@ type Engine struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 	sem chan struct{}
+
+	wake waker // Kick: work was journaled
 }
 
-// maxChain bounds how many successors one completion processes inline; anything left
+// maxChain bounds how many successors one delivery processes inline; anything left
 // is found by later deliveries or by the sweeper.
 const maxChain = 1000
 
@@ -125,228 +139,103 @@ func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger)
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency)}
+	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
+		wake: waker{ch: make(chan struct{}, 1)}}
 }
 
 // Registry returns the engine's handler registry.
 func (e *Engine) Registry() *Registry { return e.reg }
 
-// Process processes one event, then the successors of its aggregate it unblocked.
-func (e *Engine) Process(ctx context.Context, id string) (Outcome, error) {
-	out, agg, err := e.processOne(ctx, id, false)
-	if err != nil {
-		return "", err
+// outcome maps a handler's result to the event's outcome.
+func (e *Engine) outcome(ev Event, herr error) Outcome {
+	switch {
+	case herr == nil:
+		return OutcomeProcessed
+	case errors.Is(herr, ErrRejected):
+		return OutcomeRejected
+	case ev.Attempt >= e.cfg.MaxAttempts:
+		return OutcomeDead
+	default:
+		return OutcomeFailed
 	}
-	if out.completes() {
-		if _, err := e.chain(ctx, agg, nil); err != nil {
-			return out, err
+}
+
+func (e *Engine) record(ctx context.Context, tx pgx.Tx, id string, out Outcome, herr error, attempt int) error {
+	switch out {
+	case OutcomeProcessed:
+		return journal.MarkProcessed(ctx, tx, id)
+	case OutcomeRejected:
+		return journal.MarkRejected(ctx, tx, id, herr.Error())
+	case OutcomeDead:
+		return journal.MarkDead(ctx, tx, id, herr.Error())
+	default:
+		return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(attempt))
+	}
+}
+
+// recordTimeout records the failed attempt of a handler that overran its deadline, in
+// a transaction of its own (the handler's was abandoned). The attempts check makes it
+// a no-op when the entry moved on meanwhile.
+func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
+	var out Outcome
+	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
+		out = OutcomeNoop
+		if err := e.setTimeouts(ctx, tx); err != nil {
+			return err
 		}
+		p, found, err := journal.LockPending(ctx, tx, ev.ID)
+		if err != nil || !found || p.Attempts != ev.Attempt-1 {
+			return err
+		}
+		out = e.outcome(ev, herr)
+		return e.record(ctx, tx, ev.ID, out, herr, ev.Attempt)
+	})
+	if err != nil {
+		return "", fmt.Errorf("recording the timeout: %w", err)
 	}
 	return out, nil
 }
 
-// ProcessBatch processes items and returns their outcomes in the same order. Items of
-// one aggregate run one after another in sequence order; aggregates run in parallel.
-// The error is non-nil when some outcome could not be recorded (database unavailable):
-// the caller must have the batch redelivered; everything already recorded stays, and
-// redelivery turns it into no-ops.
-func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, error) {
-	return e.processItems(ctx, items, false)
+// setTimeouts bounds every statement of the processing transaction on the server too,
+// so that a statement stuck on a lock or a runaway query ends even if the client is
+// gone. SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
+// CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
+// it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
+func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
+	ms := max(e.cfg.HandlerTimeout.Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		return fmt.Errorf("setting statement_timeout: %w", err)
+	}
+	return nil
 }
 
-func (e *Engine) processItems(ctx context.Context, items []Item, claimed bool) ([]Outcome, error) {
-	outcomes := make([]Outcome, len(items))
-	if len(items) == 0 {
-		return outcomes, nil
-	}
-	// Group by aggregate, each group in sequence order, groups in order of appearance.
-	type group struct {
-		agg   string
-		items []int
-	}
-	var groups []*group
-	byAgg := map[string]*group{}
-	for i, it := range items {
-		key := it.AggregateID
-		if key == "" {
-			key = "\x00" + it.ID // unknown aggregate: a group of its own
-		}
-		g := byAgg[key]
-		if g == nil {
-			g = &group{agg: it.AggregateID}
-			byAgg[key] = g
-			groups = append(groups, g)
-		}
-		g.items = append(g.items, i)
-	}
-	for _, g := range groups {
-		sort.SliceStable(g.items, func(a, b int) bool { return items[g.items[a]].SequenceNo < items[g.items[b]].SequenceNo })
-	}
-
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	work := make(chan *group)
-	workers := min(e.cfg.Concurrency, len(groups))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for g := range work {
-				done := map[string]Outcome{}
-				for _, i := range g.items {
-					id := items[i].ID
-					if out, ok := done[id]; ok {
-						outcomes[i] = out
-						continue
-					}
-					out, agg, err := e.processOne(ctx, id, claimed)
-					if err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-						break // later events of this aggregate would only be deferred
-					}
-					outcomes[i] = out
-					done[id] = out
-					if agg == "" {
-						agg = items[i].AggregateID
-					}
-					// A no-op chains too: the event was completed elsewhere, but whoever
-					// did may have failed to go on to its successors (database lost right
-					// after the commit). Any delivery thus drives its aggregate forward.
-					if (out.completes() || out == OutcomeNoop) && agg != "" {
-						if _, err := e.chain(ctx, agg, done); err != nil {
-							mu.Lock()
-							errs = append(errs, err)
-							mu.Unlock()
-							break
-						}
-					}
-				}
-			}
-		}()
-	}
-	for _, g := range groups {
-		work <- g
-	}
-	close(work)
-	wg.Wait()
-	return outcomes, errors.Join(errs...)
+// timeoutError is a handler that overran Config.HandlerTimeout.
+type timeoutError struct {
+	ev        Event
+	after     time.Duration
+	abandoned bool // it ignored its context: its transaction's connection was closed
+	err       error
 }
 
-// chain processes the pending events of an aggregate, earliest first, for as long as
-// each one completes. done, when not nil, receives the outcomes.
-func (e *Engine) chain(ctx context.Context, agg string, done map[string]Outcome) (int, error) {
-	n := 0
-	for n < maxChain {
-		next, ok, err := journal.NextPendingInAggregate(ctx, e.db, agg)
-		if err != nil || !ok {
-			return n, err
-		}
-		out, _, err := e.processOne(ctx, next, false)
-		if err != nil {
-			return n, err
-		}
-		n++
-		if done != nil {
-			done[next] = out
-		}
-		if !out.completes() {
-			return n, nil
-		}
+func (t *timeoutError) Error() string {
+	if t.abandoned {
+		return fmt.Sprintf("handler timed out after %s and ignored its context; its transaction was abandoned", t.after)
 	}
-	return n, nil
+	return fmt.Sprintf("handler timed out after %s: %v", t.after, t.err)
 }
 
-// processOne runs the processing transaction of one event and returns its outcome
-// and aggregate. claimed means the sweeper leased the row, which moved next_attempt_at
-// into the future: the due check is then the sweeper's, already made.
-func (e *Engine) processOne(ctx context.Context, id string, claimed bool) (Outcome, string, error) {
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", "", ctx.Err()
-	}
-	defer func() { <-e.sem }()
+func (t *timeoutError) Unwrap() error { return t.err }
 
-	start := time.Now()
-	var (
-		out      Outcome
-		ev       Event
-		lastErr  error
-		attempts int
-	)
-	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
-		out, ev, lastErr = "", Event{}, nil // the function may run more than once
-		p, found, err := journal.LockPending(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if !found {
-			out = OutcomeNoop
-			return nil
-		}
-		ev = Event{ID: p.ID, Type: p.EventType, AggregateID: p.AggregateID, SequenceNo: p.SequenceNo,
-			Tag: p.Tag, Payload: p.Payload, Attempt: p.Attempts + 1}
-		attempts = ev.Attempt
-		if p.Status == journal.StatusFailed && !p.Due && !claimed {
-			out = OutcomeNotDue
-			return nil
-		}
-		blocked, err := journal.HasPendingPredecessor(ctx, tx, p.AggregateID, p.SequenceNo)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			out = OutcomeDeferred
-			return nil
-		}
-
-		herr, err := e.runHandler(ctx, tx, ev)
-		if err != nil {
-			return err
-		}
-		lastErr = herr
-		switch {
-		case herr == nil:
-			out = OutcomeProcessed
-			return journal.MarkProcessed(ctx, tx, id)
-		case errors.Is(herr, ErrRejected):
-			out = OutcomeRejected
-			return journal.MarkRejected(ctx, tx, id, herr.Error())
-		case ev.Attempt >= e.cfg.MaxAttempts:
-			out = OutcomeDead
-			return journal.MarkDead(ctx, tx, id, herr.Error())
-		default:
-			out = OutcomeFailed
-			return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(ev.Attempt))
-		}
-	})
-	typ := e.reg.MetricLabel(ev.Type) // bounded: logs and metrics never carry a payload's made-up type
-	if err != nil {
-		return "", "", fmt.Errorf("processing event %s: %w", id, err)
-	}
-	e.m.ProcessSeconds.WithLabelValues(typ).Observe(time.Since(start).Seconds())
-	e.m.Processed.WithLabelValues(typ, string(out)).Inc()
-	switch out {
-	case OutcomeFailed:
-		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
-	case OutcomeDead:
-		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempts, "error", lastErr)
-	case OutcomeRejected:
-		// The reason can quote the payload (personal data): not at INFO.
-		e.log.Info("event rejected", "id", id, "type", typ)
-		e.log.Debug("event rejected", "id", id, "type", typ, "reason", lastErr)
-	}
-	return out, ev.AggregateID, nil
-}
+// abandonGrace is how long a handler whose context ended may take to return before its
+// transaction is abandoned.
+const abandonGrace = time.Second
 
 // runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
 // failure, its effects rolled back; err means the transaction itself is broken (or
-// must be retried as a whole) and nothing can be recorded in it.
+// must be retried as a whole) and nothing can be recorded in it. A handler that
+// overruns HandlerTimeout gives a *timeoutError as err: its transaction is rolled back
+// whole, and if it ignores its context even then, the transaction's connection is
+// closed under it, so that it holds no worker, no lock and no connection.
 func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
 	h, ok := e.reg.Lookup(ev.Type)
 	if !ok {
@@ -355,7 +244,12 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
 		return nil, fmt.Errorf("opening handler savepoint: %w", err)
 	}
-	herr := callHandler(ctx, h, handlerTx{tx}, ev)
+	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
+		return callHandler(hctx, h, handlerTx{tx}, ev)
+	})
+	if err != nil {
+		return nil, err
+	}
 	if herr == nil {
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
 			if isRetryable(err) {
@@ -377,6 +271,46 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
 	}
 	return herr, nil
+}
+
+// callWithDeadline runs fn (handlers working in tx) under HandlerTimeout. When the
+// deadline or ctx ends and fn does not return within abandonGrace, tx's connection is
+// closed: the database rolls the transaction back and frees its locks, and fn, when it
+// wakes up, finds a closed connection. err is then a *timeoutError (deadline) or ctx's
+// error; both mean nothing may be recorded in tx.
+func (e *Engine) callWithDeadline(ctx context.Context, tx pgx.Tx, typ string, fn func(context.Context) error) (handlerErr, err error) {
+	hctx, cancel := context.WithTimeout(ctx, e.cfg.HandlerTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(hctx) }()
+	select {
+	case herr := <-done:
+		if ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+		}
+		return herr, nil
+	case <-hctx.Done():
+	}
+	grace := time.NewTimer(min(abandonGrace, e.cfg.HandlerTimeout))
+	defer grace.Stop()
+	select {
+	case herr := <-done:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("running handler: %w", ctx.Err())
+		}
+		return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+	case <-grace.C:
+	}
+	e.m.Processed.WithLabelValues(e.reg.MetricLabel(typ), "abandoned").Inc()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	_ = tx.Conn().PgConn().Close(cctx)
+	if ctx.Err() != nil {
+		e.log.Warn("handler ignored cancellation; its transaction was abandoned", "type", typ, "error", ctx.Err())
+		return nil, fmt.Errorf("running handler (abandoned): %w", ctx.Err())
+	}
+	e.log.Error("handler ignored its deadline; its transaction was abandoned", "type", typ, "timeout", e.cfg.HandlerTimeout)
+	return nil, &timeoutError{after: e.cfg.HandlerTimeout, abandoned: true}
 }
 
 func callHandler(ctx context.Context, h Handler, tx pgx.Tx, ev Event) (err error) {

@@ -34,6 +34,19 @@ type Handler interface {
 	Handle(ctx context.Context, tx pgx.Tx, ev Event) error
 }
 
+// BatchHandler is a Handler that can also apply many events of its type in one call,
+// set-based (one INSERT … SELECT FROM unnest for all of them, say). The engine calls
+// HandleBatch with the events of a batch that are ready to run, in sequence order,
+// inside one savepoint. It returns one error per event, or err for the call as a whole.
+// If any event fails (or err is not nil, or the call panics), the engine rolls the call
+// back and runs each of those events through Handle in its own savepoint instead, so a
+// failure, a rejection or a conflict stays with its event: HandleBatch may simply
+// return an error whenever it cannot apply every event cleanly.
+type BatchHandler interface {
+	Handler
+	HandleBatch(ctx context.Context, tx pgx.Tx, evs []Event) (errs []error, err error)
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, ev Event) error
 
@@ -114,6 +127,16 @@ func (r *Registry) MetricLabel(eventType string) string {
 		return eventType
 	}
 	return OtherType
+}
+
+// batchHandler returns the handler for an event type if it is a BatchHandler.
+func (r *Registry) batchHandler(eventType string) (BatchHandler, bool) {
+	h, ok := r.Lookup(eventType)
+	if !ok {
+		return nil, false
+	}
+	bh, ok := h.(BatchHandler)
+	return bh, ok
 }
 
 // Types returns the registered event types, sorted.

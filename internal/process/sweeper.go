@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/inboxd/inboxd/internal/journal"
@@ -18,11 +20,12 @@ type SweeperConfig struct {
 	// changefeed. With a feed, a few times the feed's flush frequency plus its resolved
 	// interval (e.g. 30s); without one (PostgreSQL), 0. Negative means the default, 30s.
 	Grace time.Duration
-	// BatchSize bounds the entries claimed per pass. Default 100.
+	// BatchSize bounds the entries of one batch (one transaction). Default 100.
 	BatchSize int
-	// Lease is how long a claimed entry stays invisible to other sweepers; it must
-	// exceed the time to process a batch. Default 1m.
-	Lease time.Duration
+	// StopTimeout bounds how long Run lets work under way finish once its context ends;
+	// then that work is cancelled, and a handler that ignores cancellation is abandoned
+	// within a second (its transaction rolled back). Default 10s.
+	StopTimeout time.Duration
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
@@ -35,14 +38,23 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
 	}
-	if c.Lease <= 0 {
-		c.Lease = time.Minute
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 10 * time.Second
 	}
 	return c
 }
 
-// Sweeper retries due FAILED entries and processes RECEIVED entries the feed left
-// behind, through the engine.
+// Sweeper runs the engine's workers: each processes batches of due aggregate heads
+// (FAILED entries whose retry is due, RECEIVED entries older than Grace) for as long
+// as it finds full batches, then waits for Interval or for Engine.Kick.
+//
+// It claims nothing ahead of time: each batch claims its entries with the row locks of
+// the transaction that processes them (journal.ClaimHeads, SKIP LOCKED), so an entry
+// held by another worker or instance is skipped, and the entries of an instance that
+// dies or loses its connection are free again as soon as the database ends its
+// transactions (at once on kill -9: the kernel closes the sockets), with no lease to
+// wait out. Nothing is leased, so a graceful stop or a failed pass has nothing to give
+// back either.
 type Sweeper struct {
 	e   *Engine
 	cfg SweeperConfig
@@ -60,52 +72,91 @@ type Pass struct {
 	Outcomes map[Outcome]int
 }
 
-// Run sweeps every Interval until ctx ends, then returns nil. A pass that claims a
-// full batch is followed at once by another. Errors are logged and the next pass
-// tries again. A pass under way when ctx ends may finish within one more lease:
-// cancelling it at once would leave its claimed entries leased, and so idle, for a lease.
+// Run runs Concurrency workers until ctx ends. Workers do not wait for one another, so
+// a slow or hung handler holds only its own worker (and its batch, until
+// HandlerTimeout). Errors are logged once per outage, with a count when it ends. Once
+// ctx ends, Run starts nothing new, gives work under way StopTimeout to finish, then
+// cancels it, and returns nil.
 func (s *Sweeper) Run(ctx context.Context) error {
+	// Work is not cancelled with ctx: it gets StopTimeout to finish first.
+	wctx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var (
+		wg  sync.WaitGroup
+		out = outage{log: s.e.log, what: "processing"}
+	)
+	for range s.e.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.work(ctx, wctx, &out)
+		}()
+	}
+	t := time.NewTicker(max(s.cfg.Interval, time.Second))
+	defer t.Stop()
+	for ctx.Err() == nil {
+		if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
+			s.e.m.Dead.Set(float64(dead))
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	stop := time.NewTimer(s.cfg.StopTimeout)
+	defer stop.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-stop.C:
+	}
+	cancelWork()
+	// Cancelled work returns within abandonGrace (handlers that ignore it are abandoned)
+	// plus a rollback; do not wait for more than that.
+	select {
+	case <-done:
+	case <-time.After(abandonGrace + 2*time.Second):
+		s.e.log.Warn("sweeper stopped with processing still under way; its transactions will not commit")
+	}
+	return nil
+}
+
+// work is one worker: batch after batch while batches come back full, then a wait.
+func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	for {
-		for ctx.Err() == nil {
-			// Not cancelled with ctx: once ctx ends the pass gets one lease more to finish.
-			pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.Lease, cancel) })
-			p, err := s.Sweep(pctx)
-			stop()
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.e.log.Error("sweeper pass failed", "error", err)
-				break
+	for ctx.Err() == nil {
+		s.e.m.SweeperRuns.Inc()
+		outs, heads, err := s.e.ProcessDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+		s.count(heads)
+		if err == nil {
+			err = s.e.chain(wctx, completed(outs, heads), outs)
+		}
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				out.fail(err)
 			}
-			if p.Retried+p.Stranded < s.cfg.BatchSize {
-				break
+		default:
+			out.ok()
+			if len(heads) == s.cfg.BatchSize {
+				s.e.Kick() // more is waiting: another worker may join
+				continue
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-t.C:
+		case <-s.e.wake.C():
 		}
 	}
 }
 
-// Sweep runs one pass: claim, process, refresh the DEAD gauge.
-func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
-	s.e.m.SweeperRuns.Inc()
-	p := Pass{Outcomes: map[Outcome]int{}}
-	claimed, err := journal.ClaimDue(ctx, s.e.db, s.cfg.Grace, s.cfg.Lease, s.cfg.BatchSize)
-	if err != nil {
-		return p, err
-	}
-	items := make([]Item, len(claimed))
-	for i, c := range claimed {
-		items[i] = Item{ID: c.ID, AggregateID: c.AggregateID, SequenceNo: c.SequenceNo}
-		if c.Status == journal.StatusFailed {
+func (s *Sweeper) count(heads []journal.Head) (p Pass) {
+	for _, h := range heads {
+		if h.Status == journal.StatusFailed {
 			p.Retried++
 		} else {
 			p.Stranded++
@@ -113,18 +164,69 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	}
 	s.e.m.SweeperPicked.WithLabelValues("retry").Add(float64(p.Retried))
 	s.e.m.SweeperPicked.WithLabelValues("stranded").Add(float64(p.Stranded))
-	outcomes, perr := s.e.processItems(ctx, items, true)
-	for _, o := range outcomes {
-		if o != "" {
-			p.Outcomes[o]++
-		}
+	return p
+}
+
+// Sweep runs one batch and refreshes the DEAD gauge.
+func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
+	s.e.m.SweeperRuns.Inc()
+	outs, heads, err := s.e.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+	p := s.count(heads)
+	if err == nil {
+		err = s.e.chain(ctx, completed(outs, heads), outs)
+	}
+	p.Outcomes = map[Outcome]int{}
+	for _, o := range outs {
+		p.Outcomes[o]++
 	}
 	dead, derr := journal.CountByStatus(ctx, s.e.db, journal.StatusDead)
 	if derr == nil {
 		s.e.m.Dead.Set(float64(dead))
 	}
-	if err := errors.Join(perr, derr); err != nil {
+	if err := errors.Join(err, derr); err != nil {
 		return p, fmt.Errorf("sweeping: %w", err)
 	}
 	return p, nil
+}
+
+// outage logs a repeated failure once when it starts and once, with a count, when it
+// ends, instead of on every try.
+type outage struct {
+	log   *slog.Logger
+	what  string
+	mu    sync.Mutex
+	n     int
+	since time.Time
+}
+
+func (o *outage) fail(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == 0 {
+		o.since = time.Now()
+		o.log.Error(o.what+" failed; retrying quietly until it works again", "error", err)
+	}
+	o.n++
+}
+
+func (o *outage) ok() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n > 0 {
+		o.log.Info(o.what+" works again", "failures", o.n, "after", time.Since(o.since).Round(time.Millisecond))
+		o.n = 0
+	}
+}
+
+// completed returns the aggregates whose claimed event completed: their successors are
+// due now, even inside the grace period (with a changefeed, it may well have delivered
+// them already and seen them deferred).
+func completed(outs map[string]Outcome, heads []journal.Head) map[string]bool {
+	aggs := map[string]bool{}
+	for _, h := range heads {
+		if outs[h.ID].completes() {
+			aggs[h.AggregateID] = true
+		}
+	}
+	return aggs
 }

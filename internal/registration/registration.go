@@ -84,8 +84,45 @@ type CustomerRegistered struct {
 }
 
 // Handler creates the customer of a registration event. Invalid input and an email
-// already taken in the jurisdiction are business rejections.
-var Handler process.Handler = process.HandlerFunc(Handle)
+// already taken in the jurisdiction are business rejections. It is a
+// process.BatchHandler: a batch's registrations are inserted with one statement.
+var Handler process.Handler = batchHandler{}
+
+type batchHandler struct{}
+
+func (batchHandler) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	return Handle(ctx, tx, ev)
+}
+
+// errNotClean makes the engine fall back to one Handle call per event, which tells the
+// rejected ones apart.
+var errNotClean = errors.New("a registration of the batch is invalid")
+
+// HandleBatch inserts every registration with one statement. Any invalid one, or any
+// conflict (an email taken, within the batch or before), fails the whole call, and the
+// engine then runs each event through Handle.
+func (batchHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.Event) ([]error, error) {
+	ids := make([]string, len(evs))
+	jurisdictions := make([]string, len(evs))
+	emails := make([]string, len(evs))
+	names := make([]string, len(evs))
+	created := make([]time.Time, len(evs))
+	for i, ev := range evs {
+		r, err := Parse(ev.Payload)
+		if err != nil {
+			return nil, errNotClean
+		}
+		ids[i], jurisdictions[i], emails[i], names[i], created[i] = ev.ID, r.Jurisdiction, r.Email, r.Name, r.CreatedAt
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO customers (id, jurisdiction, email, name, registered_at)
+		SELECT * FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TIMESTAMPTZ[])
+		ON CONFLICT (id) DO NOTHING`, ids, jurisdictions, emails, names, created)
+	if err != nil {
+		return nil, fmt.Errorf("inserting %d customers: %w", len(evs), err)
+	}
+	return make([]error, len(evs)), nil
+}
 
 // Handle is Handler as a function.
 func Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {

@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 		return nil, err
 	}
 	// Processing workers, the subscriber, the sweeper and the API share the pool.
-	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 4); pcfg.MaxConns < min {
+	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 6); pcfg.MaxConns < min { // +2: push LISTEN and NOTIFY
 		pcfg.MaxConns = min
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -112,6 +112,14 @@ func (s *Service) Run(ctx context.Context) error {
 	publisher := stompx.NewPublisher(stompCfg, 2)
 	defer publisher.Close()
 
+	// Processing starts as soon as ingest commits: a direct kick in this process, and
+	// NOTIFY to the others on PostgreSQL. On CockroachDB the changefeed is the push.
+	var push *process.Push
+	kick := func() {
+		if push != nil {
+			push.Notify()
+		}
+	}
 	sub, err := ingest.New(ingest.Config{
 		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
 		Destinations: cfg.Destinations,
@@ -120,14 +128,20 @@ func (s *Service) Run(ctx context.Context) error {
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
 		Logger: s.log.With("component", "ingest"), Metrics: s.m,
+		OnCommit: func(int) { kick() },
 	}, s.pool)
 	if err != nil {
 		return fmt.Errorf("configuring ingest: %w", err)
 	}
 
-	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts},
+	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts, HandlerTimeout: cfg.HandlerTimeout,
+		BatchSize: cfg.ProcessBatchSize},
 		s.m, s.log.With("component", "process"))
-	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace})
+	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
+		BatchSize: cfg.ProcessBatchSize, StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share
+	if !s.cockroach {
+		push = process.NewPush(engine, s.pool)
+	}
 
 	mon := newMonitor(s.pool, s.m, sub.Health, cfg.StallAfter, cfg.SweepGrace, s.cockroach && cfg.WebhookAddr != "",
 		s.log.With("component", "health"))
@@ -203,6 +217,9 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	start(&work, "sweeper", func() error { return sweeper.Run(workCtx) })
 	start(&work, "outbox relay", func() error { return relay.Run(workCtx) })
+	if push != nil {
+		start(&work, "push", func() error { return push.Run(workCtx) })
+	}
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}

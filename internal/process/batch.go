@@ -1,0 +1,464 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// claimFunc locks the entries of one batch inside its transaction.
+type claimFunc func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error)
+
+// batchResult is what one committed batch did.
+type batchResult struct {
+	claimed []journal.Head
+	outs    map[string]Outcome
+}
+
+// maxConflicts bounds the retries of a batch that keeps hitting 40001.
+const maxConflicts = 10
+
+// runBatch is one processing transaction: claim and lock the batch, run each runnable
+// event's handler in its own savepoint in sequence order, record every outcome with one
+// statement, commit once. Events of an aggregate whose earlier event did not complete
+// (in this batch or outside it) are deferred; FAILED events not yet due are left. Any
+// error means nothing of the batch was recorded.
+func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (batchResult, error) {
+	res := batchResult{outs: map[string]Outcome{}}
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	defer func() { <-e.sem }()
+	start := time.Now()
+
+	tx, err := e.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return res, fmt.Errorf("beginning transaction: %w", err)
+	}
+	defer func() {
+		// A no-op after Commit. Not bound to ctx, which may be why we are here.
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := e.setTimeouts(ctx, tx); err != nil {
+		return res, err
+	}
+	heads, err := claim(ctx, tx)
+	if err != nil {
+		return res, err
+	}
+	if len(heads) == 0 {
+		return res, nil
+	}
+	sort.SliceStable(heads, func(a, b int) bool { return heads[a].SequenceNo < heads[b].SequenceNo })
+
+	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
+	recs := make([]journal.Outcome, 0, len(heads))
+	herrs := map[string]error{}
+	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	if err != nil {
+		return res, err
+	}
+	for _, h := range heads {
+		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
+			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
+		var out Outcome
+		switch {
+		case applied[h.ID]:
+			out = OutcomeProcessed
+			recs = append(recs, journal.Outcome{ID: ev.ID, Status: journal.StatusProcessed})
+		case h.Blocked || held[h.AggregateID]:
+			out = OutcomeDeferred
+		case h.Status == journal.StatusFailed && !h.Due:
+			out = OutcomeNotDue
+		default:
+			herr, err := e.runHandler(ctx, tx, ev)
+			if err != nil {
+				var to *timeoutError
+				if errors.As(err, &to) {
+					to.ev = ev
+				}
+				return res, err
+			}
+			out = e.outcome(ev, herr)
+			r := journal.Outcome{ID: ev.ID, Status: statusOf(out)}
+			if herr != nil {
+				r.Error = herr.Error()
+				herrs[ev.ID] = herr
+			}
+			if out == OutcomeFailed {
+				r.Backoff = e.cfg.Backoff(ev.Attempt)
+			}
+			recs = append(recs, r)
+		}
+		res.outs[h.ID] = out
+		if !out.completes() {
+			held[h.AggregateID] = true
+		}
+	}
+	if err := journal.RecordOutcomes(ctx, tx, recs); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("committing a processing batch: %w", err)
+	}
+	res.claimed = heads
+	took := time.Since(start).Seconds()
+	for _, h := range heads {
+		out := res.outs[h.ID]
+		typ := e.reg.MetricLabel(h.EventType) // bounded: logs and metrics never carry a payload's made-up type
+		e.m.ProcessSeconds.WithLabelValues(typ).Observe(took)
+		e.m.Processed.WithLabelValues(typ, string(out)).Inc()
+		e.logOutcome(h.ID, typ, h.Attempts+1, out, herrs[h.ID])
+	}
+	return res, nil
+}
+
+func statusOf(o Outcome) string {
+	switch o {
+	case OutcomeProcessed:
+		return journal.StatusProcessed
+	case OutcomeRejected:
+		return journal.StatusRejected
+	case OutcomeDead:
+		return journal.StatusDead
+	default:
+		return journal.StatusFailed
+	}
+}
+
+func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {
+	switch out {
+	case OutcomeFailed:
+		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempt, "error", err)
+	case OutcomeDead:
+		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempt, "error", err)
+	case OutcomeRejected:
+		// The reason can quote the payload (personal data): not at INFO.
+		e.log.Info("event rejected", "id", id, "type", typ)
+		e.log.Debug("event rejected", "id", id, "type", typ, "reason", err)
+	}
+}
+
+// batch runs a batch until it commits. A 40001 (from the database or a handler) retries
+// it whole, and once it keeps conflicting, with half as many events each time. A
+// handler past its deadline is recorded FAILED in a transaction of its own and the
+// batch runs again without it (it is no longer due). claim gets the current size limit;
+// batch returns the limit it ended with.
+func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) claimFunc) (batchResult, int, error) {
+	conflicts := 0
+	timedOut := map[string]Outcome{}
+	setBased := true
+	for {
+		res, err := e.runBatch(ctx, claim(limit), setBased)
+		if err == nil {
+			for id, o := range timedOut {
+				res.outs[id] = o
+			}
+			return res, limit, nil
+		}
+		var to *timeoutError
+		switch {
+		case errors.As(err, &to) && to.ev.ID == "" && setBased && ctx.Err() == nil:
+			// A set-based call overran: run the batch again event by event, which finds
+			// the culprit and records its timeout.
+			setBased = false
+			continue
+		case errors.As(err, &to) && to.ev.ID != "" && ctx.Err() == nil:
+			out, rerr := e.recordTimeout(ctx, to.ev, to)
+			if rerr != nil {
+				return res, limit, fmt.Errorf("processing event %s: %w", to.ev.ID, rerr)
+			}
+			timedOut[to.ev.ID] = out
+			typ := e.reg.MetricLabel(to.ev.Type)
+			e.m.Processed.WithLabelValues(typ, string(out)).Inc()
+			e.logOutcome(to.ev.ID, typ, to.ev.Attempt, out, to)
+			continue
+		case isRetryable(err) && ctx.Err() == nil:
+			conflicts++
+			if conflicts > maxConflicts {
+				return res, limit, fmt.Errorf("processing batch: still conflicting after %d tries: %w", maxConflicts, err)
+			}
+			if conflicts >= 2 && limit > 1 {
+				limit /= 2
+			}
+			e.m.Processed.WithLabelValues(OtherType, "conflict").Inc()
+			t := time.NewTimer(time.Duration(rand.N(conflicts*10+1)) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return res, limit, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		return res, limit, fmt.Errorf("processing batch: %w", err)
+	}
+}
+
+// ProcessDue processes one batch of due aggregate heads (see journal.ClaimHeads): up
+// to limit of them, skipping entries other workers hold. aggregates, when not nil,
+// restricts it to those aggregates (and then waits for rows other transactions hold).
+// It returns the outcomes by id and the entries it claimed.
+func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (map[string]Outcome, []journal.Head, error) {
+	res, _, err := e.batch(ctx, limit, func(l int) claimFunc {
+		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
+			return journal.ClaimHeads(ctx, tx, grace, l, aggregates)
+		}
+	})
+	return res.outs, res.claimed, err
+}
+
+// Process processes one event, then the successors of its aggregate it unblocked.
+func (e *Engine) Process(ctx context.Context, id string) (Outcome, error) {
+	outs, err := e.ProcessBatch(ctx, []Item{{ID: id}})
+	if err != nil {
+		return "", err
+	}
+	return outs[0], nil
+}
+
+// ProcessBatch processes items and returns their outcomes in the same order. Items are
+// split by aggregate into at most Concurrency parts that run in parallel, each in
+// transactions of up to BatchSize events; within a part, each aggregate's events run in
+// sequence order. Then the aggregates move on: their next pending events, unblocked by
+// this batch or by an earlier delivery, are processed at once too.
+// The error is non-nil when some outcome could not be recorded (database unavailable):
+// the caller must have the batch redelivered; everything already recorded stays, and
+// redelivery turns it into no-ops.
+func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, error) {
+	outcomes := make([]Outcome, len(items))
+	if len(items) == 0 {
+		return outcomes, nil
+	}
+	parts := min(e.cfg.Concurrency, (len(items)+31)/32)
+	byPart := make([][]string, parts)
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.ID] {
+			continue
+		}
+		seen[it.ID] = true
+		key := it.AggregateID
+		if key == "" {
+			key = it.ID
+		}
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key))
+		p := int(h.Sum32() % uint32(parts))
+		byPart[p] = append(byPart[p], it.ID)
+	}
+	var (
+		mu    sync.Mutex
+		outs  = map[string]Outcome{}
+		aggOf = map[string]string{}
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	merge := func(o map[string]Outcome, heads []journal.Head) {
+		mu.Lock()
+		defer mu.Unlock()
+		for id, out := range o {
+			outs[id] = out
+		}
+		for _, h := range heads {
+			aggOf[h.ID] = h.AggregateID
+		}
+	}
+	for _, ids := range byPart {
+		if len(ids) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit := e.cfg.BatchSize
+			for len(ids) > 0 {
+				var n int
+				res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
+					n = min(l, len(ids))
+					chunk := ids[:n]
+					return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
+						return journal.LockBatch(ctx, tx, chunk)
+					}
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				merge(res.outs, res.claimed)
+				limit, ids = l, ids[n:]
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return outcomes, err
+	}
+	// Move on the aggregates whose delivered events completed. A no-op counts too: the
+	// event was completed elsewhere, but whoever did may have failed to go on to its
+	// successors (database lost right after the commit). Any delivery thus drives its
+	// aggregate forward.
+	moving := map[string]bool{}
+	for _, it := range items {
+		if _, pending := outs[it.ID]; !pending && it.AggregateID != "" {
+			moving[it.AggregateID] = true
+		}
+	}
+	for id, o := range outs {
+		if o.completes() {
+			moving[aggOf[id]] = true
+		}
+	}
+	for id, o := range outs {
+		if o == OutcomeFailed || o == OutcomeNotDue {
+			delete(moving, aggOf[id]) // its retry is the sweeper's, after the backoff
+		}
+	}
+	if err := e.chain(ctx, moving, outs); err != nil {
+		return outcomes, err
+	}
+	for i, it := range items {
+		if o, ok := outs[it.ID]; ok {
+			outcomes[i] = o
+		} else {
+			outcomes[i] = OutcomeNoop // not pending: a duplicate delivery, or unknown
+			e.m.Processed.WithLabelValues(OtherType, string(OutcomeNoop)).Inc()
+		}
+	}
+	return outcomes, nil
+}
+
+// chain processes the due heads of aggregates, batch after batch, for as long as
+// batches complete events, up to maxChain events.
+func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[string]Outcome) error {
+	list := make([]string, 0, len(aggs))
+	for a := range aggs {
+		list = append(list, a)
+	}
+	sort.Strings(list)
+	for n := 0; n < maxChain && len(list) > 0; {
+		o, heads, err := e.ProcessDue(ctx, 0, e.cfg.BatchSize, list)
+		if err != nil {
+			return err
+		}
+		next := list[:0:0]
+		for _, h := range heads {
+			outs[h.ID] = o[h.ID]
+			if o[h.ID].completes() {
+				next = append(next, h.AggregateID)
+			}
+		}
+		n += len(heads)
+		list = next
+	}
+	return nil
+}
+
+// waker lets workers wait for new work. A kick wakes one waiting worker (kicks
+// coalesce while none is waiting); a worker that finds a full batch kicks the next, so
+// the number of busy workers follows the backlog instead of every ingest commit waking
+// them all for a handful of events.
+type waker struct{ ch chan struct{} }
+
+func (w *waker) C() <-chan struct{} { return w.ch }
+
+func (w *waker) kick() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// Kick tells the engine's workers (Sweeper.Run) that new entries were journaled, so
+// that they process them now instead of at their next interval: the push that replaces
+// a changefeed on PostgreSQL. It never blocks.
+func (e *Engine) Kick() { e.wake.kick() }
+
+// runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
+// are ready to run at once (due, no pending predecessor, the first of their aggregate in
+// the batch), one call per event type with at least two of them. It returns the events
+// it applied; the others (and every event of a call that did not apply all of them
+// cleanly, which is rolled back) are left to the per-event path.
+func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]bool, error) {
+	applied := map[string]bool{}
+	if !enabled {
+		return applied, nil
+	}
+	seen := map[string]bool{}
+	byType := map[string][]Event{}
+	var types []string
+	for _, h := range heads {
+		first := !seen[h.AggregateID]
+		seen[h.AggregateID] = true
+		if !first || h.Blocked || (h.Status == journal.StatusFailed && !h.Due) {
+			continue
+		}
+		if _, ok := e.reg.batchHandler(h.EventType); !ok {
+			continue
+		}
+		if byType[h.EventType] == nil {
+			types = append(types, h.EventType)
+		}
+		byType[h.EventType] = append(byType[h.EventType], Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID,
+			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1})
+	}
+	for _, typ := range types {
+		evs := byType[typ]
+		if len(evs) < 2 {
+			continue
+		}
+		bh, _ := e.reg.batchHandler(typ)
+		if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("opening set-based savepoint: %w", err)
+		}
+		var errs []error
+		herr, err := e.callWithDeadline(ctx, tx, typ, func(hctx context.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("batch handler panicked: %v", r)
+				}
+			}()
+			errs, err = bh.HandleBatch(hctx, handlerTx{tx}, evs)
+			return err
+		})
+		if err != nil {
+			return nil, err // timeout (retried event by event) or ctx
+		}
+		clean := herr == nil && len(errs) == len(evs)
+		for _, x := range errs {
+			clean = clean && x == nil
+		}
+		if clean {
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {
+				for _, ev := range evs {
+					applied[ev.ID] = true
+				}
+				continue
+			} else if isRetryable(err) {
+				return nil, err
+			}
+		}
+		if isRetryable(herr) {
+			return nil, herr
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("rolling back a set-based call: %w", err)
+		}
+	}
+	return applied, nil
+}
