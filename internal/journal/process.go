@@ -30,24 +30,13 @@ type Pending struct {
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
 func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
-	return lockPending(ctx, tx, id, "FOR UPDATE")
-}
 
-// TryLockPending is LockPending without waiting: found is also false when another
-// transaction holds the row (it is processing the entry right now). The row lock is the
-// claim: it ends with the transaction, so a worker that dies (kill -9, lost connection)
-// gives its entries back as soon as the database notices, with no lease to wait out.
-func TryLockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
-	return lockPending(ctx, tx, id, "FOR UPDATE SKIP LOCKED")
-}
-
-func lockPending(ctx context.Context, tx DB, id, lock string) (p Pending, found bool, err error) {
 	err = tx.QueryRow(ctx, `
 		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
 		       next_attempt_at <= now()
 		FROM journal
 		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
-		`+lock, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
+		FOR UPDATE`, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Pending{}, false, nil
@@ -56,38 +45,6 @@ func lockPending(ctx context.Context, tx DB, id, lock string) (p Pending, found 
 		return Pending{}, false, fmt.Errorf("locking journal entry %s: %w", id, err)
 	}
 	return p, true, nil
-}
-
-// HasPendingPredecessor reports whether an earlier event of the aggregate is still
-// RECEIVED or FAILED. DEAD and REJECTED predecessors do not count (see package process).
-func HasPendingPredecessor(ctx context.Context, db DB, aggregateID string, sequenceNo int64) (bool, error) {
-	var blocked bool
-	err := db.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM journal
-			WHERE aggregate_id = $1 AND sequence_no < $2 AND status IN ('RECEIVED', 'FAILED'))`,
-		aggregateID, sequenceNo).Scan(&blocked)
-	if err != nil {
-		return false, fmt.Errorf("checking predecessors of aggregate %q: %w", aggregateID, err)
-	}
-	return blocked, nil
-}
-
-// NextPendingInAggregate returns the id of the earliest RECEIVED or FAILED event of the
-// aggregate, if any.
-func NextPendingInAggregate(ctx context.Context, db DB, aggregateID string) (string, bool, error) {
-	var id string
-	err := db.QueryRow(ctx, `
-		SELECT id::TEXT FROM journal
-		WHERE aggregate_id = $1 AND status IN ('RECEIVED', 'FAILED')
-		ORDER BY sequence_no LIMIT 1`, aggregateID).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("finding next pending event of aggregate %q: %w", aggregateID, err)
-	}
-	return id, true, nil
 }
 
 // maxErrorText bounds last_error: a handler may return a huge error string.
@@ -140,50 +97,6 @@ func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
 		return fmt.Errorf("updating status of journal entry %s: %d rows affected", id, tag.RowsAffected())
 	}
 	return nil
-}
-
-// Due is an entry that needs the sweeper.
-type Due struct {
-	ID          string
-	Status      string
-	AggregateID string
-	SequenceNo  int64
-}
-
-// DueHeads returns up to limit entries that need the sweeper: FAILED entries whose
-// next_attempt_at has passed, and RECEIVED entries older than grace (the changefeed
-// should have delivered them by then), each the earliest pending entry of its
-// aggregate (a later one could only be deferred). It neither locks nor leases: the
-// processing transaction claims each entry with TryLockPending, so a row another
-// worker holds is skipped there, and a dead worker's rows are free again at once.
-//
-// next_attempt_at doubles as the RECEIVED entries' age (ingest sets it to now()), so
-// one partial index (journal_pending) serves both kinds.
-func DueHeads(ctx context.Context, db DB, grace time.Duration, limit int) ([]Due, error) {
-	rows, err := db.Query(ctx, `
-		SELECT j.id::TEXT, j.status, j.aggregate_id, j.sequence_no
-		FROM journal AS j
-		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
-		  AND NOT EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-			  AND p.status IN ('RECEIVED', 'FAILED'))
-		ORDER BY j.next_attempt_at
-		LIMIT $2`,
-		grace.Milliseconds(), limit)
-	if err != nil {
-		return nil, fmt.Errorf("finding due journal entries: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
-		var c Due
-		err := r.Scan(&c.ID, &c.Status, &c.AggregateID, &c.SequenceNo)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("finding due journal entries: %w", err)
-	}
-	return out, nil
 }
 
 // CountByStatus returns the number of entries in one status.
@@ -254,28 +167,36 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 // successor this claim is meant to move on, and skipping it would strand it.
 // https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
 func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
-	// Two statements rather than one with "$3 IS NULL OR ...", which a generic plan
-	// could only serve with a scan of every pending row.
-	filter, order, args := ``, `ORDER BY j.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED`, []any{grace.Milliseconds(), limit}
+	args := []any{grace.Milliseconds(), limit}
 	if aggregates != nil {
-		filter, order = `AND j.aggregate_id = ANY ($3::TEXT[])`, `ORDER BY j.sequence_no LIMIT $2 FOR UPDATE`
 		args = append(args, aggregates)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT `+headColumns+`, false
-		FROM journal AS j
-		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
-		  `+filter+`
-		  AND NOT EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-			  AND p.status IN ('RECEIVED', 'FAILED'))
-		`+order, args...)
+	rows, err := tx.Query(ctx, claimHeadsSQL(aggregates != nil), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming due journal entries: %w", err)
 	}
 	return scanHeads(rows, "claiming due journal entries")
+}
+
+// claimHeadsSQL is ClaimHeads' statement: two statements rather than one with
+// "$3 IS NULL OR ...", which a generic plan could only serve with a scan of every
+// pending row.
+func claimHeadsSQL(byAggregate bool) string {
+	filter, order := ``, `ORDER BY j.next_attempt_at LIMIT $2::INT8 FOR UPDATE SKIP LOCKED`
+	if byAggregate {
+		filter, order = `AND j.aggregate_id = ANY ($3::TEXT[])`, `ORDER BY j.sequence_no LIMIT $2::INT8 FOR UPDATE`
+	}
+	return `
+		SELECT ` + headColumns + `, false
+		FROM journal AS j
+		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
+		  ` + filter + `
+		  AND NOT EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status IN ('RECEIVED', 'FAILED'))
+		` + order
 }
 
 // LockBatch locks, for the rest of tx, those of ids that are still pending, in

@@ -26,7 +26,7 @@ func ingestN(t *testing.T, db journal.DB, n int, agg string) []string {
 	return ids
 }
 
-func TestDueHeads(t *testing.T) {
+func TestClaimHeads(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 4, "a")
@@ -40,7 +40,7 @@ func TestDueHeads(t *testing.T) {
 	}
 	heads := func(grace time.Duration) []string {
 		t.Helper()
-		got, err := journal.DueHeads(ctx, db.Pool, grace, 100)
+		got, err := journal.ClaimHeads(ctx, db.Pool, grace, 100, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestDueHeads(t *testing.T) {
 	if got := heads(time.Hour); len(got) != 0 {
 		t.Errorf("heads with grace = %v, want none", got)
 	}
-	// A locked row is skipped by TryLockPending, not waited for.
+	// A row another transaction holds is skipped, not waited for: that lock is its claim.
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +73,8 @@ func TestDueHeads(t *testing.T) {
 	if _, found, err := journal.LockPending(ctx, tx, ids[1]); err != nil || !found {
 		t.Fatalf("lock: %v, %v", found, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, found, err := journal.TryLockPending(cctx, db.Pool, ids[1]); err != nil || found {
-		t.Errorf("TryLockPending of a locked row = %v, %v; want not found", found, err)
+	if got := heads(0); len(got) != 1 || got[0] != other[1] {
+		t.Errorf("heads with %s locked = %v, want only %s", ids[1], got, other[1])
 	}
 }
 
@@ -88,19 +86,26 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if err != nil || !found || p.Status != "RECEIVED" || !p.Due || p.AggregateID != "agg" {
 		t.Fatalf("LockPending = %+v, %v, %v", p, found, err)
 	}
-	blocked, err := journal.HasPendingPredecessor(ctx, db.Pool, "agg", p.SequenceNo)
-	if err != nil || !blocked {
-		t.Fatalf("predecessor pending = %v, %v; want true", blocked, err)
+	head := func() []string {
+		t.Helper()
+		got, err := journal.ClaimHeads(ctx, db.Pool, 0, 10, []string{"agg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range got {
+			out = append(out, h.ID)
+		}
+		return out
+	}
+	if got := head(); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("head of agg = %v, want %s (its predecessor pending blocks %s)", got, ids[0], ids[1])
 	}
 	if err := journal.MarkDead(ctx, db.Pool, ids[0], "x"); err != nil {
 		t.Fatal(err)
 	}
-	if blocked, _ := journal.HasPendingPredecessor(ctx, db.Pool, "agg", p.SequenceNo); blocked {
-		t.Error("a DEAD predecessor blocks")
-	}
-	next, ok, err := journal.NextPendingInAggregate(ctx, db.Pool, "agg")
-	if err != nil || !ok || next != ids[1] {
-		t.Errorf("next pending = %s, %v, %v; want %s", next, ok, err, ids[1])
+	if got := head(); len(got) != 1 || got[0] != ids[1] {
+		t.Errorf("head of agg after its first is DEAD = %v, want %s: a DEAD predecessor does not block", got, ids[1])
 	}
 	if err := journal.MarkFailed(ctx, db.Pool, ids[1], "boom", time.Hour); err != nil {
 		t.Fatal(err)

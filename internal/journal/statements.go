@@ -54,5 +54,7 @@ func BuiltStatements() []Statement {
 			add("ListQuarantine/"+reason, sql)
 		}
 	}
+	add("ClaimHeads/due", claimHeadsSQL(false))
+	add("ClaimHeads/aggregates", claimHeadsSQL(true))
 	return out
 }

@@ -211,6 +211,17 @@ func (st *stmtCheck) visit(v reflect.Value, desired *types.T) {
 // root handles one expression found in a statement: the subqueries in it are statements
 // of their own; the expression is type-checked if it holds a placeholder.
 func (st *stmtCheck) root(e tree.Expr, desired *types.T) {
+	// Each operand of AND is a BOOL of its own, so a condition that joins a placeholder
+	// test and a subquery (NOT EXISTS …) is checked operand by operand.
+	switch x := e.(type) {
+	case *tree.AndExpr:
+		st.root(x.Left, types.Bool)
+		st.root(x.Right, types.Bool)
+		return
+	case *tree.ParenExpr:
+		st.root(x.Expr, desired)
+		return
+	}
 	if sq, ok := e.(*tree.Subquery); ok {
 		st.visit(reflect.ValueOf(sq.Select), types.AnyElement)
 		return

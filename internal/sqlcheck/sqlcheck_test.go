@@ -21,13 +21,16 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/CountMatching":  builtPrefix("CountMatching/"),
 	"internal/journal/Requeue":        builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
-	"internal/feed/create":            feedCreates,
-	"internal/feed/Pause":             one("PauseJobSQL", feed.PauseJobSQL(1234)),
-	"internal/feed/Resume":            one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
-	"internal/feed/Cancel":            one("CancelJobSQL", feed.CancelJobSQL(1234)),
-	"internal/feed/EnableTTL":         feedBuildTTL,
-	"internal/feed/ApplyRetention":    feedTTL,
-	"schema/Migrate":                  nil, // the migrations, checked as their own group
+	"internal/journal/ClaimHeads":     builtPrefix("ClaimHeads/"),
+	// SET LOCAL statement_timeout = <milliseconds>, on every processing transaction.
+	"internal/process/setTimeouts": one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
+	"internal/feed/create":         feedCreates,
+	"internal/feed/Pause":          one("PauseJobSQL", feed.PauseJobSQL(1234)),
+	"internal/feed/Resume":         one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
+	"internal/feed/Cancel":         one("CancelJobSQL", feed.CancelJobSQL(1234)),
+	"internal/feed/EnableTTL":      feedBuildTTL,
+	"internal/feed/ApplyRetention": feedTTL,
+	"schema/Migrate":               nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
@@ -81,6 +84,7 @@ func feedCreates() []journal.Statement {
 // code checks the database first. Each is named with the reason.
 var pgOnlySites = map[string]string{
 	"internal/outbox/listenOnce": "LISTEN: the outbox listener runs on PostgreSQL only (CockroachDB has no LISTEN; its changefeed wakes the relay)",
+	"internal/process/listen":    "LISTEN: push between instances runs on PostgreSQL only (service starts it only there; on CockroachDB the changefeed is the push)",
 }
 
 func one(name, sql string) func() []journal.Statement {
