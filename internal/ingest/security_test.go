@@ -1,34 +1,15 @@
 package ingest
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Issue 10: every bad message wrote its own WARN line (16 MB of requests, 1.39 GB of
 // log), and the quarantine counter missed rows the database itself refused. The
@@ -45,7 +26,7 @@ func TestQuarantineFloodLogsPerBatch(t *testing.T) {
 	// Go's JSON decoder accepts a lone surrogate escape; jsonb does not.
 	publish(t, addr, q, []byte(`{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b01","s":"\ud800"}`), nil)
 
-	var logs logBuffer
+	var logs lockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 10, Linger: time.Millisecond, Logger: log}, db.Pool, hooks{})
 	testenv.Eventually(t, 30*time.Second, "all acked", func() bool { return r.counter("acked", q) == bad+1 })
