@@ -73,16 +73,16 @@ type HLC struct {
 func ParseHLC(s string) (HLC, error) {
 	wall, logical, hasDot := strings.Cut(s, ".")
 	if wall == "" || len(wall) > 19 || !allDigits(wall) || (hasDot && (logical == "" || len(logical) > 10 || !allDigits(logical))) {
-		return HLC{}, fmt.Errorf("%q is not an HLC timestamp (<nanoseconds>.<logical>)", truncate(s, 48))
+		return HLC{}, fmt.Errorf("%q is not an HLC timestamp (<nanoseconds>.<logical>)", message.Truncate(s, 48))
 	}
 	w, err := strconv.ParseInt(wall, 10, 64)
 	if err != nil {
-		return HLC{}, fmt.Errorf("%q is not an HLC timestamp: %w", truncate(s, 48), err)
+		return HLC{}, fmt.Errorf("%q is not an HLC timestamp: %w", message.Truncate(s, 48), err)
 	}
 	var l int64
 	if hasDot {
 		if l, err = strconv.ParseInt(logical, 10, 32); err != nil {
-			return HLC{}, fmt.Errorf("%q is not an HLC timestamp: %w", truncate(s, 48), err)
+			return HLC{}, fmt.Errorf("%q is not an HLC timestamp: %w", message.Truncate(s, 48), err)
 		}
 	}
 	return HLC{WallTime: w, Logical: int32(l)}, nil
@@ -274,7 +274,7 @@ func journalRow(cols map[string]json.RawMessage, key json.RawMessage) (*JournalR
 	}
 	canon, ok := message.CanonicalUUID(id)
 	if !ok {
-		return nil, fmt.Errorf("column \"id\" is %q, not a UUID", truncate(id, 48))
+		return nil, fmt.Errorf("column \"id\" is %q, not a UUID", message.Truncate(id, 48))
 	}
 	jr.ID = canon
 	for name, dst := range map[string]*string{"status": &jr.Status, "event_type": &jr.EventType, "aggregate_id": &jr.AggregateID} {
@@ -289,7 +289,7 @@ func journalRow(cols map[string]json.RawMessage, key json.RawMessage) (*JournalR
 		s := strings.Trim(string(bytes.TrimSpace(raw)), `"`)
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("column \"sequence_no\" is %s, not an integer", truncate(string(raw), 32))
+			return nil, fmt.Errorf("column \"sequence_no\" is %s, not an integer", message.Truncate(string(raw), 32))
 		}
 		jr.SequenceNo = n
 	}
@@ -308,7 +308,7 @@ func unmarshalField(cols map[string]json.RawMessage, name string, dst *string) e
 		return fmt.Errorf("column %q is missing", name)
 	}
 	if err := json.Unmarshal(raw, dst); err != nil {
-		return fmt.Errorf("column %q is %s, not a string", name, truncate(string(raw), 32))
+		return fmt.Errorf("column %q is %s, not a string", name, message.Truncate(string(raw), 32))
 	}
 	return nil
 }
@@ -332,11 +332,4 @@ func (jr *JournalRow) pending() bool {
 		return true
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

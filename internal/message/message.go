@@ -109,11 +109,11 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	var id string
 	if err := json.Unmarshal(rawID, &id); err != nil {
-		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" must be a UUID string, got %s`, truncate(string(rawID), 64))}
+		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" must be a UUID string, got %s`, Truncate(string(rawID), 64))}
 	}
 	canon, ok := CanonicalUUID(id)
 	if !ok {
-		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" %q is not a UUID`, truncate(id, 64))}
+		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" %q is not a UUID`, Truncate(id, 64))}
 	}
 	ev := Event{ID: canon, Payload: body}
 	for _, name := range []string{HeaderEventType, HeaderAggregateID} {
@@ -228,9 +228,14 @@ func QuarantineID(reason Reason, destination string, body []byte) string {
 	return format(b)
 }
 
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes plus an ellipsis, cutting on a rune boundary,
+// so that a value quoted in an error or a log line stays bounded and valid UTF-8.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

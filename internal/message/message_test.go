@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func noHeaders(string) string { return "" }
@@ -98,4 +99,21 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted event lacks type or aggregate: %+v", ev)
 		}
 	})
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc…"},
+		{"aé", 2, "a…"}, // é is 2 bytes: not cut in half
+		{"日本語", 4, "日…"},
+	} {
+		if got := Truncate(tc.in, tc.n); got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
 }

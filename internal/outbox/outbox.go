@@ -140,7 +140,7 @@ var reserved = map[string]bool{
 func (o Outgoing) Validate() (string, error) {
 	if !destinationRE.MatchString(o.Destination) {
 		// No commas or wildcards: ActiveMQ would fan a message out to several destinations.
-		return "", fmt.Errorf("%w: destination %q must be /queue/<name> or /topic/<name>, the name at most 200 letters, digits or _.:-", ErrInvalid, truncate(o.Destination, 80))
+		return "", fmt.Errorf("%w: destination %q must be /queue/<name> or /topic/<name>, the name at most 200 letters, digits or _.:-", ErrInvalid, message.Truncate(o.Destination, 80))
 	}
 	if len(o.Body) > MaxBodyBytes {
 		return "", fmt.Errorf("%w: body of %d bytes exceeds %d", ErrInvalid, len(o.Body), MaxBodyBytes)
@@ -151,7 +151,7 @@ func (o Outgoing) Validate() (string, error) {
 	for k, v := range o.Headers {
 		switch {
 		case len(k) == 0 || len(k) > MaxHeaderNameLen || !headerNameRE.MatchString(k):
-			return "", fmt.Errorf("%w: header name %q must be 1 to %d letters, digits or _.-", ErrInvalid, truncate(k, 80), MaxHeaderNameLen)
+			return "", fmt.Errorf("%w: header name %q must be 1 to %d letters, digits or _.-", ErrInvalid, message.Truncate(k, 80), MaxHeaderNameLen)
 		case reserved[k]:
 			return "", fmt.Errorf("%w: header %q is set by inboxd", ErrInvalid, k)
 		case len(v) > MaxHeaderValueLen || !utf8.ValidString(v) || containsNUL(v):
@@ -163,7 +163,7 @@ func (o Outgoing) Validate() (string, error) {
 	}
 	id, ok := message.CanonicalUUID(o.ID)
 	if !ok {
-		return "", fmt.Errorf("%w: id %q is not a UUID", ErrInvalid, truncate(o.ID, 80))
+		return "", fmt.Errorf("%w: id %q is not a UUID", ErrInvalid, message.Truncate(o.ID, 80))
 	}
 	return id, nil
 }
@@ -192,13 +192,6 @@ func containsNUL(s string) bool {
 		}
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Emit writes o to the outbox in tx and returns its id. The message is published after

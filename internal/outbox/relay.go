@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
@@ -224,7 +225,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 		}
 		r.log.Error("outbox row cannot be published; fix or delete it", "id", row.id, "error", row.bad)
 		r.m.OutboxPublishErrors.Inc()
-		if _, err := r.pool.Exec(ctx, sqlRelease, []string{row.id}, retryDelay(row.attempts).Milliseconds(), truncate(row.bad.Error(), 1000)); err != nil {
+		if _, err := r.pool.Exec(ctx, sqlRelease, []string{row.id}, retryDelay(row.attempts).Milliseconds(), message.Truncate(row.bad.Error(), 1000)); err != nil {
 			return 0, fmt.Errorf("recording the failure of outbox row %s: %w", row.id, err)
 		}
 	}
@@ -260,7 +261,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 					first = perrs[i]
 				}
 			}
-			if _, err := r.pool.Exec(dctx, sqlRelease, []string{row.id}, delay.Milliseconds(), truncate(reason, 1000)); err != nil {
+			if _, err := r.pool.Exec(dctx, sqlRelease, []string{row.id}, delay.Milliseconds(), message.Truncate(reason, 1000)); err != nil {
 				errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", row.id, err))
 			}
 		}
