@@ -1,13 +1,14 @@
 package bench
 
 import (
-	"github.com/inboxd/inboxd/internal/retention"
-
 	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/retention"
 )
 
 // Knobs are the tuning settings a row runs with. The parent passes them to the child
@@ -27,7 +28,7 @@ type Knobs struct {
 // defaultKnobs match inboxd's own defaults (internal/config).
 func defaultKnobs() Knobs {
 	return Knobs{BatchSize: 500, Linger: 5 * time.Millisecond, Prefetch: 2000, InFlight: 2, AckMode: "client",
-		PoolSize: 4, Concurrency: 8, SweepInterval: 200 * time.Millisecond, FeedFlush: 200 * time.Millisecond}
+		PoolSize: 4, Concurrency: process.DefaultConcurrency(), SweepInterval: 200 * time.Millisecond, FeedFlush: 200 * time.Millisecond}
 }
 
 func (k *Knobs) register(fs *flag.FlagSet) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -25,7 +26,7 @@ type DB interface {
 // Config tunes the engine. Zero values take the defaults.
 type Config struct {
 	// Concurrency bounds the event transactions running at once, across all batches.
-	// Keep it at or below the pool's MaxConns. Default 8.
+	// Keep it at or below the pool's MaxConns. Default DefaultConcurrency().
 	Concurrency int
 	// MaxAttempts is the number of handler runs after which a failing event goes DEAD.
 	// Default 10.
@@ -44,9 +45,16 @@ type Config struct {
 	HandlerTimeout time.Duration
 }
 
+// DefaultConcurrency is one batch transaction per CPU, at least 2. A worker runs a batch
+// of up to BatchSize events, so a few workers keep the database busy; more only
+// contend for its locks and cores. Measured on 2 cores (inboxd bench, same run): 8
+// workers drained 0.46–0.48× as fast as ingest alone, 2 workers 0.61–0.73×, with the
+// p99 at 1,000 msg/s down from 234 ms to 46 ms.
+func DefaultConcurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
+
 func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
-		c.Concurrency = 8
+		c.Concurrency = DefaultConcurrency()
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 10
