@@ -190,7 +190,7 @@ func (c *Client) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	if c.svc == nil {
-		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr})
+		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, NoDemo: true})
 		if err != nil {
 			c.mu.Unlock()
 			return fmt.Errorf("inboxd: %w", err)

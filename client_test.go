@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"reflect"
 	"strings"
@@ -153,6 +155,31 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpStatus(t *testing.T, method, url, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func newUUID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
@@ -182,7 +209,7 @@ func TestClientLifecycle(t *testing.T) {
 	})
 	cfg := Config{
 		StompAddr: broker, Destinations: []string{queue}, Logger: quietLogger(),
-		HTTPAddr: "127.0.0.1:0", DisableWebhook: true,
+		HTTPAddr: freeAddr(t), DisableWebhook: true,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 		MetricsRegisterer: prometheus.NewRegistry(),
 	}
@@ -244,6 +271,14 @@ func TestClientLifecycle(t *testing.T) {
 
 	stop := run(t, c)
 	processed(t, publish(t))
+	// The API serves the journal, not the demo: no door publishes registrations into
+	// the program's queue.
+	if code := httpStatus(t, http.MethodPost, "http://"+cfg.HTTPAddr+"/registration", `{"name":"x"}`); code != http.StatusNotFound {
+		t.Errorf("POST /registration on an embedded client: %d, want 404", code)
+	}
+	if code := httpStatus(t, http.MethodGet, "http://"+cfg.HTTPAddr+"/healthz", ""); code != http.StatusOK {
+		t.Errorf("GET /healthz: %d, want 200", code)
+	}
 	testenv.Eventually(t, 10*time.Second, "a second Run refused while the first runs", func() bool {
 		return errors.Is(c.Run(ctx), ErrRunning)
 	})

@@ -54,6 +54,7 @@ type Service struct {
 	cockroach bool
 	// ownsPool: New opened the pool, so Run closes it; NewWithPool's caller owns it.
 	ownsPool bool
+	noDemo   bool
 }
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
@@ -99,6 +100,8 @@ type Options struct {
 	// Registerer, when not nil, gets inboxd's collectors too (the API's /metrics keeps
 	// serving them from inboxd's own registry).
 	Registerer prometheus.Registerer
+	// NoDemo leaves the demo's /registration routes out of the API.
+	NoDemo bool
 }
 
 // NewWithPool prepares the parts over a pool the caller owns: it neither migrates (the
@@ -128,7 +131,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, re
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, noDemo: opts.NoDemo}, nil
 }
 
 // minConns is how many connections the parts may hold at once.
@@ -301,7 +304,7 @@ func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, su
 		return nil, nil
 	}
 	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
+		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(), NoDemo: s.noDemo,
 		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
