@@ -63,6 +63,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 	c, err := inboxd.New(pool, inboxd.Config{
 		StompAddr:    env("INBOXD_STOMP_ADDR", "127.0.0.1:61613"),
 		Destinations: []string{env("ORDERS_QUEUE", "/queue/orders")},
+		// A message with no event-type header and no "type" field is an order.
+		DefaultEventType: "order.placed",
 		Logger:       logger,
 		// inboxd's metrics join the program's own (here the default registry).
 		MetricsRegisterer: prometheus.DefaultRegisterer,
