@@ -65,7 +65,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 		Destinations: []string{env("ORDERS_QUEUE", "/queue/orders")},
 		// A message with no event-type header and no "type" field is an order.
 		DefaultEventType: "order.placed",
-		Logger:       logger,
+		Logger:           logger,
 		// inboxd's metrics join the program's own (here the default registry).
 		MetricsRegisterer: prometheus.DefaultRegisterer,
 		// inboxd's REST API and console; the webhook is for CockroachDB changefeeds only.
