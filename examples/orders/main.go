@@ -44,7 +44,14 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 		}
 		return def
 	}
-	pool, err := pgxpool.New(ctx, env("INBOXD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"))
+	pcfg, err := pgxpool.ParseConfig(env("INBOXD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"))
+	if err != nil {
+		return fmt.Errorf("parsing the database URL: %w", err)
+	}
+	// inboxd's parts hold up to Concurrency + 2×destinations + 6 connections at once (16
+	// with the defaults); pgxpool's default is max(4, CPUs), which works, slower.
+	pcfg.MaxConns = max(pcfg.MaxConns, 16)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
