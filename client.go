@@ -176,7 +176,8 @@ func resolve(cfg Config) (*config.Config, error) {
 }
 
 // Handle sets the handler of an event type, replacing any set before. It may be called
-// while the client runs: events of a type nobody handles yet wait and are retried.
+// while the client runs. An event of a type with no handler fails like a handler error:
+// it is retried with backoff, and DEAD after MaxAttempts.
 func (c *Client) Handle(eventType string, h Handler) { c.reg.Replace(eventType, h) }
 
 // Run runs inboxd until ctx is cancelled, then shuts down gracefully (intake first, then

@@ -283,6 +283,22 @@ func TestClientLifecycle(t *testing.T) {
 	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
 		t.Fatalf("a second Run while the first runs: %v, want ErrRunning", err)
 	}
+	// The caller's registerer has inboxd's metrics, the ingest of that event counted.
+	mfs, err := cfg.MetricsRegisterer.(*prometheus.Registry).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed float64
+	for _, mf := range mfs {
+		if mf.GetName() == "inboxd_ingest_committed_total" {
+			for _, m := range mf.GetMetric() {
+				committed += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if committed != 1 {
+		t.Errorf("inboxd_ingest_committed_total in the caller's registry = %v, want 1", committed)
+	}
 	stop()
 	if err := db.Pool.Ping(ctx); err != nil {
 		t.Fatalf("the caller's pool after Run: %v", err)
