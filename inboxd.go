@@ -2,8 +2,18 @@
 //
 // inboxd turns at-least-once delivery (ActiveMQ over STOMP) into exactly-once
 // processing: every message lands once in the journal, and each journal event's handler
-// runs in the same database transaction that marks the event PROCESSED. To process
-// your own event types, register handlers and hand control to Main:
+// runs in the same database transaction that marks the event PROCESSED.
+//
+// A program that owns its pool, logger and lifetime embeds a Client:
+//
+//	pool, err := pgxpool.New(ctx, databaseURL)
+//	err = inboxd.Migrate(ctx, pool)
+//	c, err := inboxd.New(pool, inboxd.Config{Destinations: []string{"/queue/orders"}, Logger: logger})
+//	c.Handle("order.placed", inboxd.HandlerFunc(placeOrder))
+//	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown, and nil
+//
+// A one-file program can instead register handlers and hand control to the inboxd
+// command line (serve, migrate, changefeed, …):
 //
 //	func main() {
 //		inboxd.Register("order.placed", inboxd.HandlerFunc(placeOrder))
@@ -46,7 +56,7 @@ func Reject(err error) error { return process.Reject(err) }
 
 // Register adds (or replaces) the handler of an event type. The demo's "registration"
 // handler is registered already.
-func Register(eventType string, h Handler) { cli.Handlers.Register(eventType, h) }
+func Register(eventType string, h Handler) { cli.Handlers.Replace(eventType, h) }
 
 // Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
 // returns the exit code.

@@ -11,4 +11,12 @@
 //	engine := process.New(pool, registry, process.Config{}, m, log)
 //	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: "journal"}, engine, pool, m, log)
 //	h.Register(e, "/changefeed")
+//
+// Not a public API. New takes inboxd's internal types (the engine, the metrics), so
+// nothing outside this module can call it, on purpose: a program embedding inboxd gets
+// the webhook served by inboxd.Client (Config.WebhookAddr, on by default, off with
+// DisableWebhook), with its TLS, token and outbox route wired as the command line does.
+// Only the envelope types, Decode and ParseHLC are meant for outside use, by tools that
+// read a changefeed's payloads. The package stays at this path to keep merges easy; it
+// belongs under internal/ and may move there.
 package webhook

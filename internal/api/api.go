@@ -53,6 +53,9 @@ type Config struct {
 	Publisher Publisher // required: registrations and quarantine reinjection
 	// Destination is where POST /registration publishes, e.g. "/queue/registrations".
 	Destination string // required
+	// NoDemo leaves out the demo's /registration routes and links: a program embedding
+	// inboxd has events of its own, and must not get a door that publishes into them.
+	NoDemo bool
 	// AdminToken, when set, guards /admin/* (and the journal reads) with
 	// "Authorization: Bearer <token>". Unset, /admin/* is served to localhost only.
 	AdminToken string
@@ -157,11 +160,13 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/openapi.json", s.openAPI)
 
 	e.GET("/", s.index)
-	e.GET("/registration/form", s.registrationForm)
-	e.GET("/registration", s.registrationIndex)
-	post("/registration", s.postRegistration)
-	// The reference tutorial posts to /registration/, with the slash.
-	post("/registration/", s.postRegistration)
+	if !cfg.NoDemo {
+		e.GET("/registration/form", s.registrationForm)
+		e.GET("/registration", s.registrationIndex)
+		post("/registration", s.postRegistration)
+		// The reference tutorial posts to /registration/, with the slash.
+		post("/registration/", s.postRegistration)
+	}
 
 	e.GET("/journal", s.journalIndex, s.read)
 	// The journal holds personal data: reads need the read (or admin) token, or localhost.

@@ -45,23 +45,29 @@ func pageLinks(c echo.Context, next string) links {
 
 // index is GET /: where everything is, for readers exploring the API in a browser.
 func (s *Server) index(c echo.Context) error {
+	l := links{
+		"self":                {Href: "/"},
+		"registration-form":   {Href: "/registration/form", Title: "a sample registration; POST it back to /registration"},
+		"registration":        {Href: "/registration", Title: "POST a registration (JSON)"},
+		"journal":             {Href: "/journal", Title: "the journal's listings"},
+		"registration-events": {Href: eventsPath("registration")},
+		"events":              {Href: "/journal/{type}-events", Templated: true},
+		"entry":               {Href: "/journal/{id}", Templated: true},
+		"stats":               {Href: "/journal/stats"},
+		"openapi":             {Href: "/openapi.json"},
+		"health":              {Href: "/healthz"},
+		"ready":               {Href: "/readyz"},
+		"metrics":             {Href: "/metrics"},
+	}
+	if s.cfg.NoDemo {
+		delete(l, "registration-form")
+		delete(l, "registration")
+		delete(l, "registration-events")
+	}
 	return c.JSON(http.StatusOK, map[string]any{
 		"name":        "inboxd",
 		"description": "exactly-once processing of at-least-once deliveries; follow _links",
-		"_links": links{
-			"self":                {Href: "/"},
-			"registration-form":   {Href: "/registration/form", Title: "a sample registration; POST it back to /registration"},
-			"registration":        {Href: "/registration", Title: "POST a registration (JSON)"},
-			"journal":             {Href: "/journal", Title: "the journal's listings"},
-			"registration-events": {Href: eventsPath("registration")},
-			"events":              {Href: "/journal/{type}-events", Templated: true},
-			"entry":               {Href: "/journal/{id}", Templated: true},
-			"stats":               {Href: "/journal/stats"},
-			"openapi":             {Href: "/openapi.json"},
-			"health":              {Href: "/healthz"},
-			"ready":               {Href: "/readyz"},
-			"metrics":             {Href: "/metrics"},
-		},
+		"_links":      l,
 	})
 }
 

@@ -226,6 +226,19 @@ func Register(fs *flag.FlagSet) *Config {
 	return c
 }
 
+// Defaults returns a Config holding every setting's built-in default, from the same
+// table as the flags, without reading the environment: the library (package inboxd)
+// fills the fields its caller leaves zero from it.
+func Defaults() *Config {
+	c := &Config{}
+	for _, s := range settings(c) {
+		if err := s.set(s.def); err != nil {
+			panic("config: bad built-in default of " + s.flag + ": " + err.Error()) // a bug in the table
+		}
+	}
+	return c
+}
+
 // MaxBatchSize is journal.SequenceBlock: one ingest batch numbers its rows inside one
 // block of the journal sequence (TestMaxBatchSizeIsSequenceBlock keeps them equal).
 const MaxBatchSize = 65536

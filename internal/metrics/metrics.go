@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 // Metrics holds inboxd's collectors. Build one with New and share it.
 type Metrics struct {
 	Registry *prometheus.Registry
+	own      []prometheus.Collector // inboxd's collectors, without the Go and process ones
 
 	// Ingest (STOMP → journal).
 	Received      *prometheus.CounterVec // by destination
@@ -65,8 +67,8 @@ func ageSeconds(v *atomic.Int64) func() float64 {
 func New() *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := func(c prometheus.Collector) { r.MustRegister(c) }
 	m := &Metrics{Registry: r}
+	f := func(c prometheus.Collector) { r.MustRegister(c); m.own = append(m.own, c) }
 
 	m.Received = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_received_total", Help: "Messages received from the broker."}, []string{"destination"})
 	m.Duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_ingest_duplicates_total", Help: "Messages whose id was already journaled with the same payload."}, []string{"destination"})
@@ -113,4 +115,22 @@ func New() *Metrics {
 		f(c)
 	}
 	return m
+}
+
+// RegisterWith registers inboxd's collectors (not the Go runtime and process ones, which
+// an embedding program has already) with r as well, so that a program embedding inboxd
+// exports them on its own endpoint.
+func (m *Metrics) RegisterWith(r prometheus.Registerer) error {
+	for _, c := range m.own {
+		if err := r.Register(c); err != nil {
+			for _, done := range m.own {
+				if done == c {
+					break
+				}
+				r.Unregister(done)
+			}
+			return fmt.Errorf("registering inboxd's metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -106,6 +106,21 @@ func (r *Registry) Register(eventType string, h Handler) {
 	r.handlers[eventType] = h
 }
 
+// Replace sets the handler of an event type, replacing any registered before: the
+// public inboxd.Register and Client.Handle promise that. It panics like Register on an
+// empty type or a nil handler.
+func (r *Registry) Replace(eventType string, h Handler) {
+	if eventType == "" {
+		panic("process: Replace with an empty event type")
+	}
+	if h == nil {
+		panic("process: Replace with a nil handler for " + eventType)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers[eventType] = h
+}
+
 // Lookup returns the handler for an event type.
 func (r *Registry) Lookup(eventType string) (Handler, bool) {
 	r.mu.RLock()

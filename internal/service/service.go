@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
@@ -51,6 +52,9 @@ type Service struct {
 	m    *metrics.Metrics
 	// cockroach: the database is CockroachDB, so a changefeed feeds the webhook.
 	cockroach bool
+	// ownsPool: New opened the pool, so Run closes it; NewWithPool's caller owns it.
+	ownsPool bool
+	noDemo   bool
 }
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
@@ -60,20 +64,14 @@ type Service struct {
 var ErrShutdownTimeout = errors.New("shutdown did not finish within the shutdown timeout")
 
 // New connects to the database, applies migrations, and prepares the parts. reg holds
-// the event handlers.
+// the event handlers. The pool it opens is closed when Run returns.
 func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *slog.Logger) (*Service, error) {
-	if cfg.StallAfter <= 0 {
-		cfg.StallAfter = time.Minute
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
 	pcfg, err := cfg.PoolConfig()
 	if err != nil {
 		return nil, err
 	}
 	// Processing workers, the subscriber, the sweeper and the API share the pool.
-	if min := int32(cfg.Concurrency + 2*len(cfg.Destinations) + 6); pcfg.MaxConns < min { // +2: push LISTEN and NOTIFY
+	if min := minConns(cfg); pcfg.MaxConns < min {
 		pcfg.MaxConns = min
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -88,19 +86,63 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
+	s, err := NewWithPool(ctx, pool, cfg, reg, log, Options{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsPool = true
+	return s, nil
+}
+
+// Options are what a program embedding inboxd brings of its own.
+type Options struct {
+	// Registerer, when not nil, gets inboxd's collectors too (the API's /metrics keeps
+	// serving them from inboxd's own registry).
+	Registerer prometheus.Registerer
+	// NoDemo leaves the demo's /registration routes out of the API.
+	NoDemo bool
+}
+
+// NewWithPool prepares the parts over a pool the caller owns: it neither migrates (the
+// caller does, with schema.Migrate) nor closes the pool. Run may be called again after
+// it returns.
+func NewWithPool(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, opts Options) (*Service, error) {
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = time.Minute
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if max, min := pool.Config().MaxConns, minConns(cfg); max < min {
+		// Not fatal: parts wait for a connection, and throughput suffers.
+		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections",
+			"max_conns", max, "want_at_least", min)
+	}
+	m := metrics.New()
+	if opts.Registerer != nil {
+		if err := m.RegisterWith(opts.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	crdb := isCockroach(ctx, pool)
 	if cfg.SweepGrace == 0 && crdb {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: metrics.New(), cockroach: crdb}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, noDemo: opts.NoDemo}, nil
+}
+
+// minConns is how many connections the parts may hold at once.
+func minConns(cfg *config.Config) int32 {
+	return int32(cfg.Concurrency + 2*len(cfg.Destinations) + 6) // +2: push LISTEN and NOTIFY
 }
 
 // Run serves until ctx is cancelled or a part fails, then shuts down in order, within
 // cfg.ShutdownTimeout overall (else ErrShutdownTimeout).
 func (s *Service) Run(ctx context.Context) error {
-	closePool := true
+	closePool := s.ownsPool
 	defer func() {
 		if closePool { // pgxpool.Close waits for connections in use: not after a timeout
 			s.pool.Close()
@@ -145,31 +187,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 	mon := newMonitor(s.pool, s.m, sub.Health, cfg.StallAfter, cfg.SweepGrace, s.cockroach && cfg.WebhookAddr != "",
 		s.log.With("component", "health"))
-	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(),
-		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
-		Ready: []api.ReadyCheck{
-			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
-			{Name: "ingest", Check: func(ctx context.Context) error {
-				// Not ready while a destination is unsubscribed: reconnecting, or a standby
-				// whose durable subscription another instance holds.
-				if !sub.Ready() {
-					return errors.New("not subscribed to every destination (reconnecting, or standby while another instance holds the client id)")
-				}
-				return mon.readyCheck("ingest")(ctx)
-			}},
-			{Name: "processing", Check: mon.readyCheck("processing")},
-			{Name: "feed", Check: mon.readyCheck("feed")},
-		},
-		ShutdownTimeout: cfg.ShutdownTimeout,
-	})
+	apiSrv, err := s.newAPI(stompCfg, publisher, sub, mon) // nil when HTTPAddr is empty
 	if err != nil {
-		return fmt.Errorf("configuring the api: %w", err)
-	}
-	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
-	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: s.cockroach, WebhookURL: cfg.WebhookURL,
-		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
-		return fmt.Errorf("configuring the console: %w", err)
+		return err
 	}
 
 	// The outbox relay publishes on connections of its own, apart from the API's.
@@ -223,7 +243,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if hook != nil {
 		start(&work, "webhook", func() error { return hook.run(workCtx, cfg.ShutdownTimeout) })
 	}
-	start(&serving, "api", func() error { return apiSrv.Run(apiCtx) })
+	if apiSrv != nil {
+		start(&serving, "api", func() error { return apiSrv.Run(apiCtx) })
+	}
 	serving.Add(1)
 	go func() { defer serving.Done(); mon.run(apiCtx) }()
 	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
@@ -272,6 +294,42 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("inboxd stopped")
 	return runErr
+}
+
+// newAPI builds the REST API and the console, or nothing when cfg.HTTPAddr is empty (a
+// program embedding inboxd that serves no API of it).
+func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, sub *ingest.Subscriber, mon *monitor) (*api.Server, error) {
+	cfg := s.cfg
+	if cfg.HTTPAddr == "" {
+		return nil, nil
+	}
+	apiSrv, err := api.New(api.Config{
+		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(), NoDemo: s.noDemo,
+		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
+		Ready: []api.ReadyCheck{
+			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
+			{Name: "ingest", Check: func(ctx context.Context) error {
+				// Not ready while a destination is unsubscribed: reconnecting, or a standby
+				// whose durable subscription another instance holds.
+				if !sub.Ready() {
+					return errors.New("not subscribed to every destination (reconnecting, or standby while another instance holds the client id)")
+				}
+				return mon.readyCheck("ingest")(ctx)
+			}},
+			{Name: "processing", Check: mon.readyCheck("processing")},
+			{Name: "feed", Check: mon.readyCheck("feed")},
+		},
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuring the api: %w", err)
+	}
+	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
+	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: s.cockroach, WebhookURL: cfg.WebhookURL,
+		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
+		return nil, fmt.Errorf("configuring the console: %w", err)
+	}
+	return apiSrv, nil
 }
 
 // isCockroach reports whether the database is CockroachDB (and so has a changefeed).

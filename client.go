@@ -1,0 +1,231 @@
+package inboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/service"
+	"github.com/inboxd/inboxd/schema"
+)
+
+// Config configures a Client. Every field left zero takes the default of the inboxd
+// command line (the same table: "inboxd serve -h" lists them, and the README's
+// configuration table explains them), so a Config needs only what differs. Destinations
+// is the one setting worth always giving.
+type Config struct {
+	// Logger receives inboxd's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// MetricsRegisterer, when not nil, gets inboxd's Prometheus collectors (the inboxd_*
+	// metrics), e.g. prometheus.DefaultRegisterer.
+	MetricsRegisterer prometheus.Registerer
+
+	// The broker (ActiveMQ over STOMP).
+	StompAddr            string
+	StompLogin           string
+	StompPasscode        string
+	StompTLS             bool
+	StompCAFile          string
+	StompServerName      string
+	StompCertFile        string
+	StompKeyFile         string
+	StompTLSInsecureSkip bool
+	// Destinations to consume ("/queue/x", or "/topic/x" with a durable subscription).
+	Destinations       []string
+	PublishDestination string
+	ClientID           string
+	SubscriptionName   string
+	NonDurableTopics   bool
+
+	// The REST API and the operator console; DisableHTTP serves neither.
+	HTTPAddr    string
+	DisableHTTP bool
+	AdminToken  string
+	ReadToken   string
+
+	// The changefeed webhook (CockroachDB); DisableWebhook serves none, which suits
+	// PostgreSQL, where processing is pushed on commit.
+	WebhookAddr    string
+	DisableWebhook bool
+	WebhookToken   string
+	WebhookURL     string
+	CertDir        string
+	CertFile       string
+	KeyFile        string
+	CertHosts      []string
+
+	// Ingest.
+	BatchSize        int
+	BatchLinger      time.Duration
+	CommitsInFlight  int
+	Prefetch         int
+	AckMode          string
+	MaxBodyBytes     int
+	MaxInflightBytes int
+	DefaultEventType string
+
+	// Processing.
+	Concurrency      int
+	MaxAttempts      int
+	ProcessBatchSize int
+	HandlerTimeout   time.Duration
+	SweepInterval    time.Duration
+	SweepGrace       time.Duration
+
+	// Retention of PROCESSED and REJECTED journal entries and of quarantined messages; a
+	// negative value keeps them forever (zero is the default, as everywhere here).
+	Retention           time.Duration
+	QuarantineRetention time.Duration
+
+	// The outbox relay.
+	OutboxPollInterval time.Duration
+	OutboxBatchSize    int
+	OutboxLease        time.Duration
+	OutboxRetention    time.Duration
+
+	ShutdownTimeout time.Duration
+	StallAfter      time.Duration
+}
+
+// ErrRunning is returned by Run while another Run of the same Client is still going.
+var ErrRunning = errors.New("inboxd: the client is already running")
+
+// Client runs inboxd inside a program: ingest from the broker, processing with the
+// handlers given to Handle, the outbox relay, and (unless disabled) the REST API and the
+// changefeed webhook, over the caller's pool.
+type Client struct {
+	pool *pgxpool.Pool
+	cfg  *config.Config
+	log  *slog.Logger
+	reg  *process.Registry
+	regr prometheus.Registerer
+
+	mu      sync.Mutex
+	svc     *service.Service // built by the first Run, which has a context
+	running bool
+}
+
+// New checks cfg and returns a Client that uses pool, which stays the caller's: Run
+// never closes it. The database must be migrated first (Migrate). The pool should allow
+// Concurrency + 2×len(Destinations) + 6 connections; Run logs a warning when it has
+// fewer.
+func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("inboxd: New with a nil pool")
+	}
+	c, err := resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{pool: pool, cfg: c, log: log, reg: process.NewRegistry(), regr: cfg.MetricsRegisterer}, nil
+}
+
+// notSettings are the fields of Config that are not settings of the command line's
+// table, and the table's settings a library caller gives another way.
+var notSettings = map[string]bool{
+	"Logger": true, "MetricsRegisterer": true, "DisableHTTP": true, "DisableWebhook": true,
+}
+
+// resolve fills the zero fields of cfg from the command line's defaults
+// (config.Defaults, one table) and validates the result as the command line does.
+// Fields are matched by name, so a knob added to both structs needs no code here
+// (TestConfigCoversEverySetting keeps the two in step).
+func resolve(cfg Config) (*config.Config, error) {
+	c := config.Defaults()
+	src, dst := reflect.ValueOf(cfg), reflect.ValueOf(c).Elem()
+	for i := range src.NumField() {
+		name := src.Type().Field(i).Name
+		if notSettings[name] || src.Field(i).IsZero() {
+			continue
+		}
+		f := dst.FieldByName(name)
+		if !f.IsValid() || f.Type() != src.Field(i).Type() {
+			panic("inboxd: Config." + name + " has no setting of the same name and type") // a bug, caught by the tests
+		}
+		f.Set(src.Field(i))
+	}
+	for _, d := range []*time.Duration{&c.Retention, &c.QuarantineRetention} {
+		if *d < 0 {
+			*d = 0 // the table's "keep forever"
+		}
+	}
+	if cfg.DisableHTTP {
+		c.HTTPAddr = ""
+	}
+	if cfg.DisableWebhook {
+		c.WebhookAddr = ""
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("inboxd: %w", err)
+	}
+	return c, nil
+}
+
+// Handle sets the handler of an event type, replacing any set before. It may be called
+// while the client runs. An event of a type with no handler fails like a handler error:
+// it is retried with backoff, and DEAD after MaxAttempts.
+func (c *Client) Handle(eventType string, h Handler) { c.reg.Replace(eventType, h) }
+
+// Run runs inboxd until ctx is cancelled, then shuts down gracefully (intake first, then
+// the transactions in flight, within Config.ShutdownTimeout) and returns nil. It returns
+// an error when a part fails or the shutdown times out. Run may be called again after
+// it returned.
+func (c *Client) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return ErrRunning
+	}
+	if c.svc == nil {
+		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, NoDemo: true})
+		if err != nil {
+			c.mu.Unlock()
+			return fmt.Errorf("inboxd: %w", err)
+		}
+		c.svc = svc
+	}
+	c.running = true
+	svc := c.svc
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+	return svc.Run(ctx)
+}
+
+// Migrate creates or updates inboxd's tables in the database of pool (idempotent). On CockroachDB it also sets the default row-level TTL
+// of the journal and quarantine; "inboxd migrate" sets other values.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := schema.Migrate(ctx, pool); err != nil {
+		return fmt.Errorf("inboxd: migrating: %w", err)
+	}
+	m := feed.NewManager(pool, nil)
+	crdb, err := m.IsCockroachDB(ctx)
+	if err != nil {
+		return fmt.Errorf("inboxd: migrating: %w", err)
+	}
+	if !crdb {
+		return nil // PostgreSQL: Run deletes expired rows itself
+	}
+	d := config.Defaults()
+	if _, err := m.ApplyRetention(ctx, feed.Retention{Journal: d.Retention, Quarantine: d.QuarantineRetention}); err != nil {
+		return fmt.Errorf("inboxd: setting retention: %w", err)
+	}
+	return nil
+}
