@@ -59,7 +59,7 @@ type Service struct {
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
 // INBOXD_SHUTDOWN_TIMEOUT. What was unfinished is left to redelivery (unacked messages,
-// unanswered webhook batches) and to the lease (claimed events), never half-recorded:
+// unanswered webhook batches) and to the database (a claim is a row lock and ends with its transaction), never half-recorded:
 // every step is a transaction.
 var ErrShutdownTimeout = errors.New("shutdown did not finish within the shutdown timeout")
 
@@ -284,7 +284,7 @@ func (s *Service) Run(ctx context.Context) error {
 		stopWork()
 		stopAPI()
 		closePool = false
-		s.log.Error("shutdown timed out; exiting with work unfinished, which the broker redelivers and the lease releases",
+		s.log.Error("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
 			"shutdown_timeout", cfg.ShutdownTimeout)
 		return errors.Join(runErr, ErrShutdownTimeout)
 	}
