@@ -2,12 +2,10 @@ package inboxd
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/cli"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -155,16 +154,6 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func httpStatus(t *testing.T, method, url, body string) int {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -178,14 +167,6 @@ func httpStatus(t *testing.T, method, url, body string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // The client's lifecycle against the real PostgreSQL and ActiveMQ: a handler set with
@@ -209,7 +190,7 @@ func TestClientLifecycle(t *testing.T) {
 	})
 	cfg := Config{
 		StompAddr: broker, Destinations: []string{queue}, Logger: quietLogger(),
-		HTTPAddr: freeAddr(t), DisableWebhook: true,
+		HTTPAddr: testenv.FreeAddr(t), DisableWebhook: true,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 		MetricsRegisterer: prometheus.NewRegistry(),
 	}
@@ -218,7 +199,7 @@ func TestClientLifecycle(t *testing.T) {
 	t.Cleanup(func() { pub.Close() })
 	publish := func(t *testing.T) string {
 		t.Helper()
-		id := newUUID()
+		id := message.NewID()
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		body := fmt.Sprintf(`{"id":%q,"type":"order.placed","total":7}`, id)

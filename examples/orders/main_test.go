@@ -2,24 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
-
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
 
 // The example runs against the real PostgreSQL and ActiveMQ: an order becomes a row and
 // an order.accepted message the relay sends; an invalid one is REJECTED; cancelling
@@ -57,7 +49,7 @@ func TestOrdersExample(t *testing.T) {
 
 	pub := stompx.NewPublisher(stompx.Config{Addr: broker}, 1)
 	defer pub.Close()
-	good, bad := newUUID(), newUUID()
+	good, bad := message.NewID(), message.NewID()
 	for _, body := range []string{
 		fmt.Sprintf(`{"id":%q,"type":"order.placed","customer":"ada","total":42}`, good),
 		fmt.Sprintf(`{"id":%q,"customer":"bob","total":0}`, bad), // no type: DefaultEventType

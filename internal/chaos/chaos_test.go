@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -142,15 +141,6 @@ func (in *instance) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // fault is one injected failure and how long the pipeline took to heal after it ended.
 type fault struct {
 	what                string
@@ -185,7 +175,7 @@ func TestChaos(t *testing.T) {
 
 	instances := make([]*instance, 2)
 	for i := range instances {
-		in := &instance{name: fmt.Sprintf("inboxd-%c", 'a'+i), bin: bin, logDir: work, httpAddr: freeAddr(t)}
+		in := &instance{name: fmt.Sprintf("inboxd-%c", 'a'+i), bin: bin, logDir: work, httpAddr: testenv.FreeAddr(t)}
 		in.env = []string{
 			"INBOXD_DATABASE_URL=" + pg.URL, "INBOXD_STOMP_ADDR=" + broker.Addr, "INBOXD_DESTINATION=" + queue,
 			"INBOXD_HTTP_ADDR=" + in.httpAddr, "INBOXD_WEBHOOK_ADDR=", "INBOXD_SHUTDOWN_TIMEOUT=10s",

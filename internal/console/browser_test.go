@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -258,7 +257,7 @@ func newFixture(t *testing.T, chromium string) *fixture {
 	t.Helper()
 	f := &fixture{db: testenv.NewDB(t), shots: os.Getenv("INBOXD_SCREENSHOTS")}
 	queue := testenv.Queue(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	f.base = "http://" + addr
 	broken.Store(true)
 	cfg := &config.Config{
@@ -377,16 +376,6 @@ func publish(t *testing.T, queue string, msgs []msg) {
 			t.Fatalf("publishing: %v", err)
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // run runs browser actions with a deadline.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,22 +74,12 @@ func newWorkload(n int) workload {
 	return w
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startService runs a whole inboxd against the test database and queue.
 func startService(t *testing.T, db *testenv.DB, queue string, edit func(*config.Config)) {
 	t.Helper()
 	cfg := &config.Config{
 		DatabaseURL: db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
-		HTTPAddr: freeAddr(t), BatchSize: 200, BatchLinger: 10 * time.Millisecond, Prefetch: 1000,
+		HTTPAddr: testenv.FreeAddr(t), BatchSize: 200, BatchLinger: 10 * time.Millisecond, Prefetch: 1000,
 		AckMode: "client", DefaultEventType: registration.EventType, Concurrency: 8, MaxAttempts: 3,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 		CertDir: t.TempDir(), CertHosts: []string{"127.0.0.1", "localhost"}, WebhookURL: "webhook-https://127.0.0.1/changefeed",
@@ -184,7 +173,7 @@ func TestEndToEndWebhookPath(t *testing.T) {
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	w := newWorkload(400)
-	hookAddr := freeAddr(t)
+	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
 	startService(t, db, queue, func(c *config.Config) {
 		c.WebhookAddr = hookAddr
@@ -254,7 +243,7 @@ func TestEndToEndWebhookPath(t *testing.T) {
 func TestRegistrationThroughVirtualTopic(t *testing.T) {
 	db := testenv.NewDB(t)
 	name := "VirtualTopic.inboxd-test." + testenv.Suffix()
-	api := freeAddr(t)
+	api := testenv.FreeAddr(t)
 	startService(t, db, "/queue/Consumer.inboxd."+name, func(c *config.Config) {
 		c.WebhookAddr = ""
 		c.HTTPAddr = api

@@ -23,7 +23,7 @@ import (
 // resolved message that would move the watermark.
 func TestWebhookNeverOpen(t *testing.T) {
 	db := testenv.NewDB(t)
-	hookAddr := freeAddr(t)
+	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
 	startService(t, db, testenv.Queue(t), func(c *config.Config) {
 		c.WebhookAddr, c.WebhookToken, c.CertDir = hookAddr, "", certDir

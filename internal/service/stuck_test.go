@@ -87,7 +87,7 @@ func runService(t *testing.T, cfg *config.Config, reg *process.Registry) (stop f
 func baseConfig(t *testing.T, db *testenv.DB, queue string) *config.Config {
 	return &config.Config{
 		DatabaseURL: db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
-		HTTPAddr: freeAddr(t), BatchSize: 50, BatchLinger: 5 * time.Millisecond, Prefetch: 200,
+		HTTPAddr: testenv.FreeAddr(t), BatchSize: 50, BatchLinger: 5 * time.Millisecond, Prefetch: 200,
 		AckMode: "client", DefaultEventType: "hang", Concurrency: 1, MaxAttempts: 3,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 2 * time.Second, StallAfter: 2 * time.Second,
 	}

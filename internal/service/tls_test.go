@@ -44,7 +44,7 @@ func TestServiceOverTLS(t *testing.T) {
 			}
 			db := testenv.NewDB(t)
 			queue := testenv.Queue(t)
-			api := freeAddr(t)
+			api := testenv.FreeAddr(t)
 			startService(t, db, queue, func(c *config.Config) {
 				c.WebhookAddr = ""
 				c.HTTPAddr = api

@@ -42,7 +42,7 @@ func TestTutorialVerbatim(t *testing.T) {
 	}
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	startService(t, db, queue, func(c *config.Config) {
 		c.WebhookAddr = ""
@@ -160,7 +160,7 @@ func getJSON(t *testing.T, url string, v any) {
 // 2xx for a valid changefeed message (which wakes the relay), 4xx otherwise.
 func TestOutboxWebhookRoute(t *testing.T) {
 	db := testenv.NewDB(t)
-	hookAddr := freeAddr(t)
+	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
 	startService(t, db, testenv.Queue(t), func(c *config.Config) {
 		c.WebhookAddr, c.WebhookToken, c.CertDir = hookAddr, "s3cret", certDir

@@ -154,6 +154,13 @@ func activemqUser(t testing.TB) (uid, gid int) {
 	return uid, gid
 }
 
+// FreeAddr returns 127.0.0.1:<port> with a port that was free a moment ago, for a
+// server a test starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return "127.0.0.1:" + strconv.Itoa(freePort(t))
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
