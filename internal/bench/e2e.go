@@ -35,16 +35,11 @@ import (
 // webhook handler over HTTPS; a sweeper with a 5 s grace stays as the safety net, and
 // the note says how many events it had to take.
 func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop <-chan struct{}) (rowResult, error) {
-	// The engine gets its own connections on top of ingest's.
-	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	pool, m, eng, err := newEngine(ctx, a, log)
 	if err != nil {
 		return rowResult{}, err
 	}
 	defer pool.Close()
-	m := metrics.New()
-	reg := process.NewRegistry()
-	reg.Register(registration.EventType, registration.Handler)
-	eng := process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -253,20 +248,29 @@ func histogram(h prometheus.Histogram) (uint64, float64) {
 	return d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
 }
 
+// newEngine is the processing side of the end-to-end rows: a pool with the engine's
+// connections on top of ingest's, the demo's registration handler, and metrics.
+func newEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool, *metrics.Metrics, *process.Engine, error) {
+	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reg := process.NewRegistry()
+	reg.Register(registration.EventType, registration.Handler)
+	m := metrics.New()
+	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log), nil
+}
+
 // runE2EMax is the e2e-max row: the corpus is on the queue before it starts; ingest and
 // processing (workers kicked by each ingest commit, as on PostgreSQL in production)
 // run together, and the clock stops when every message is acked and no journal entry
 // is pending any more: the end-to-end ceiling, to compare with the ingest row.
 func runE2EMax(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, error) {
-	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	pool, m, eng, err := newEngine(ctx, a, log)
 	if err != nil {
 		return rowResult{}, err
 	}
 	defer pool.Close()
-	m := metrics.New()
-	reg := process.NewRegistry()
-	reg.Register(registration.EventType, registration.Handler)
-	eng := process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log)
 	sub, err := newSubscriber(a, pool, m, log, func(int) { eng.Kick() })
 	if err != nil {
 		return rowResult{}, err
