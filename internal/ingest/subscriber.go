@@ -81,39 +81,6 @@ func (e *errOverBudget) Error() string {
 // is renewed at the configured prefetch.
 var errRenew = errors.New("renewing the subscription at the configured prefetch")
 
-// outage logs a repeated failure when it starts and when it ends, with the number of
-// failed attempts, instead of at every attempt (at least one a second). Safe for
-// concurrent use.
-type outage struct {
-	log   *slog.Logger
-	what  string
-	mu    sync.Mutex
-	since time.Time
-	n     int
-}
-
-func (o *outage) fail(msg string, err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n++
-	if o.n == 1 {
-		o.since = time.Now()
-		o.log.Warn(msg+"; retrying at least every second, logged once per outage", "err", err)
-		return
-	}
-	o.log.Debug(msg, "err", err, "attempt", o.n)
-}
-
-func (o *outage) recovered(msg string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.n == 0 {
-		return
-	}
-	o.log.Info(msg, "outage", o.what, "failed_attempts", o.n, "took", time.Since(o.since).Round(time.Millisecond))
-	o.n = 0
-}
-
 // hooks let tests stop the pipeline at precise points (for example to kill the process
 // between commit and ack). They are nil in production.
 type hooks struct {
@@ -228,14 +195,14 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		log.Warn("non-durable topic subscription (opted in with non-durable-topics): " +
 			"events published while inboxd is disconnected are lost")
 	}
-	brokerOut := &outage{log: log, what: "broker"}
-	dbOut := &outage{log: log, what: "database"}
+	brokerOut := &logx.Outage{Log: log, What: "broker", Level: slog.LevelWarn}
+	dbOut := &logx.Outage{Log: log, What: "database", Level: slog.LevelWarn}
 	prefetch := s.cfg.Prefetch
 	for {
 		started := time.Now()
 		progressed, err := s.session(ctx, dest, prefetch, log,
-			func() { brokerOut.recovered("subscribed again") },
-			func() { dbOut.recovered("journal writes succeed again") })
+			func() { brokerOut.Recovered("subscribed again") },
+			func() { dbOut.Recovered("journal writes succeed again") })
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				log.Warn("ingest stopped; the last session ended with an error", "err", err)
@@ -263,8 +230,8 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		st.failures.Add(1)
 		if commitErr, ok := errors.AsType[*CommitError](err); ok {
 			st.failingSince.CompareAndSwap(0, time.Now().UnixNano())
-			dbOut.fail("journal write failed: dropped the broker connection without acking the batch, "+
-				"so the broker will redeliver it; waiting for the database", commitErr.Err)
+			dbOut.Fail("journal write failed: dropped the broker connection without acking the batch, "+
+				"so the broker will redeliver it; waiting for the database"+oncePerOutage, commitErr.Err)
 			s.reconnected("db")
 			if !s.waitDB(ctx, &bo, log) {
 				return
@@ -283,7 +250,7 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 			standby = true
 		} else {
 			standby = false
-			brokerOut.fail("broker session ended; reconnecting", err)
+			brokerOut.Fail("broker session ended; reconnecting"+oncePerOutage, err)
 			s.reconnected("stomp")
 		}
 		if bo.Wait(ctx) != nil {
@@ -291,6 +258,9 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		}
 	}
 }
+
+// oncePerOutage ends the line that opens an outage: the tries that follow go to debug.
+const oncePerOutage = "; retrying at least every second, logged once per outage"
 
 // waitDB backs off until the database answers, so that a database outage does not
 // turn into a loop of broker redeliveries. It returns false when ctx ends first.

@@ -1,7 +1,10 @@
-// Package logx bounds what inboxd writes to its log: repeated warnings are rate-limited.
+// Package logx bounds what inboxd writes to its log: repeated warnings are rate-limited,
+// and a failure that repeats is logged once per outage.
 package logx
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -48,4 +51,41 @@ func (l *Limiter) Allow(key string) (ok bool, dropped int) {
 	}
 	dropped, k.dropped, k.last = k.dropped, 0, now
 	return true, dropped
+}
+
+// Outage logs a failure that repeats while a dependency is away: once when it starts,
+// at Level, and once when it ends, with the number of failed attempts and how long it
+// took, instead of at every try (at least one a second). Safe for concurrent use.
+type Outage struct {
+	Log   *slog.Logger
+	What  string     // what is away, e.g. "broker"
+	Level slog.Level // of the line that opens an outage
+
+	mu    sync.Mutex
+	n     int
+	since time.Time
+}
+
+// Fail records a failed attempt; only the first of an outage is logged above debug.
+func (o *Outage) Fail(msg string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n++
+	if o.n == 1 {
+		o.since = time.Now()
+		o.Log.Log(context.Background(), o.Level, msg, "err", err)
+		return
+	}
+	o.Log.Debug(msg, "err", err, "attempt", o.n)
+}
+
+// Recovered ends the outage, if there is one, with a line that says what it cost.
+func (o *Outage) Recovered(msg string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == 0 {
+		return
+	}
+	o.Log.Info(msg, "outage", o.What, "failed_attempts", o.n, "took", time.Since(o.since).Round(time.Millisecond))
+	o.n = 0
 }

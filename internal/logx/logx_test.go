@@ -1,6 +1,10 @@
 package logx
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,5 +33,24 @@ func TestLimiter(t *testing.T) {
 	}
 	if len(l.keys) > maxLimiterKeys {
 		t.Fatalf("%d keys kept", len(l.keys))
+	}
+}
+
+// A failure that repeats is one line when the outage opens and one when it ends.
+func TestOutageLogsOncePerOutage(t *testing.T) {
+	var buf bytes.Buffer
+	o := &Outage{Log: slog.New(slog.NewTextHandler(&buf, nil)), What: "broker", Level: slog.LevelWarn}
+	o.Recovered("back") // no outage: nothing
+	for range 50 {
+		o.Fail("broker away", errors.New("connection refused"))
+	}
+	o.Recovered("broker back")
+	o.Fail("broker away", errors.New("again"))
+	out := buf.String()
+	if n := strings.Count(out, "broker away"); n != 2 {
+		t.Errorf("%d opening lines for two outages, want 2:\n%s", n, out)
+	}
+	if n := strings.Count(out, "broker back"); n != 1 || !strings.Contains(out, "failed_attempts=50") {
+		t.Errorf("want one closing line with failed_attempts=50:\n%s", out)
 	}
 }

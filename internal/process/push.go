@@ -3,10 +3,13 @@ package process
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/logx"
 )
 
 // PushChannel is the PostgreSQL notification channel that tells every instance that
@@ -23,12 +26,15 @@ type Push struct {
 	e    *Engine
 	pool *pgxpool.Pool
 	send chan struct{}
-	out  outage
+	out  logx.Outage
 }
+
+// pushFailed opens an outage of push; the workers' interval and the sweeper go on meanwhile.
+const pushFailed = "LISTEN/NOTIFY push failed; retrying quietly until it works again"
 
 // NewPush builds the push on the engine and the pool it uses.
 func NewPush(e *Engine, pool *pgxpool.Pool) *Push {
-	return &Push{e: e, pool: pool, send: make(chan struct{}, 1), out: outage{log: e.log, what: "LISTEN/NOTIFY push"}}
+	return &Push{e: e, pool: pool, send: make(chan struct{}, 1), out: logx.Outage{Log: e.log, What: "LISTEN/NOTIFY push", Level: slog.LevelError}}
 }
 
 // Notify kicks this instance's workers at once and has every instance's kicked by a
@@ -53,7 +59,7 @@ func (p *Push) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		p.out.fail(err)
+		p.out.Fail(pushFailed, err)
 		// Retry about every second, jittered.
 		t := time.NewTimer(500*time.Millisecond + rand.N(time.Second))
 		select {
@@ -77,7 +83,7 @@ func (p *Push) sendLoop(ctx context.Context) {
 		_, err := p.pool.Exec(sctx, "SELECT pg_notify('"+PushChannel+"', '')")
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			p.out.fail(fmt.Errorf("sending NOTIFY: %w", err))
+			p.out.Fail(pushFailed, fmt.Errorf("sending NOTIFY: %w", err))
 		}
 	}
 }
@@ -96,7 +102,7 @@ func (p *Push) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+PushChannel); err != nil {
 		return fmt.Errorf("LISTEN: %w", err)
 	}
-	p.out.ok()
+	p.out.Recovered("LISTEN/NOTIFY push works again")
 	p.e.Kick() // anything journaled while not listening
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 )
 
 // SweeperConfig tunes the sweeper. Zero values take the defaults, except Grace, where
@@ -83,7 +84,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	defer cancelWork()
 	var (
 		wg  sync.WaitGroup
-		out = outage{log: s.e.log, what: "processing"}
+		out = logx.Outage{Log: s.e.log, What: "processing", Level: slog.LevelError}
 	)
 	for range s.e.cfg.Concurrency {
 		wg.Add(1)
@@ -124,7 +125,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 // work is one worker: batch after batch while batches come back full, then a wait.
-func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
+func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
@@ -137,10 +138,10 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *outage) {
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				out.fail(err)
+				out.Fail("processing failed; retrying quietly until it works again", err)
 			}
 		default:
-			out.ok()
+			out.Recovered("processing works again")
 			if len(heads) == s.cfg.BatchSize {
 				s.e.Kick() // more is waiting: another worker may join
 				continue
@@ -187,35 +188,6 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 		return p, fmt.Errorf("sweeping: %w", err)
 	}
 	return p, nil
-}
-
-// outage logs a repeated failure once when it starts and once, with a count, when it
-// ends, instead of on every try.
-type outage struct {
-	log   *slog.Logger
-	what  string
-	mu    sync.Mutex
-	n     int
-	since time.Time
-}
-
-func (o *outage) fail(err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.n == 0 {
-		o.since = time.Now()
-		o.log.Error(o.what+" failed; retrying quietly until it works again", "error", err)
-	}
-	o.n++
-}
-
-func (o *outage) ok() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.n > 0 {
-		o.log.Info(o.what+" works again", "failures", o.n, "after", time.Since(o.since).Round(time.Millisecond))
-		o.n = 0
-	}
 }
 
 // completed returns the aggregates whose claimed event completed: their successors are
