@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -125,7 +126,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	lastCleanup := time.Time{}
-	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	// At least one try a second (stompx.Backoff's cap), logged once per outage.
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond}
+	out := logx.Outage{Log: r.log, What: "outbox relay", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
 		n, err := r.RelayOnce(ctx)
 		r.refreshGauges(ctx)
@@ -139,13 +142,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			r.log.Warn("outbox relay pass failed; retrying", "error", err, "attempt", backoff.Attempt()+1)
+			out.Fail("outbox relay pass failed; retrying at least every second, logged once per outage", err)
 			if backoff.Wait(ctx) != nil {
 				return nil
 			}
 			continue
 		}
 		backoff.Reset()
+		out.Recovered("outbox relay works again")
 		if n >= r.cfg.BatchSize {
 			continue // more may be waiting
 		}
@@ -163,13 +167,17 @@ func (r *Relay) Run(ctx context.Context) error {
 // which it would otherwise hold forever). It reconnects after a failure; the poll
 // covers the gap.
 func (r *Relay) listen(ctx context.Context) {
-	backoff := stompx.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	backoff := stompx.Backoff{Initial: 200 * time.Millisecond}
+	out := logx.Outage{Log: r.log, What: "outbox listener", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
+		err := r.listenOnce(ctx, func() {
+			backoff.Reset()
+			out.Recovered("outbox listener listening again")
+		})
 		if ctx.Err() != nil || errors.Is(err, errNoListen) {
 			return
 		}
-		r.log.Warn("outbox listener lost; polling meanwhile", "error", err)
+		out.Fail("outbox listener lost; polling meanwhile, logged once per outage", err)
 		if backoff.Wait(ctx) != nil {
 			return
 		}
@@ -179,7 +187,8 @@ func (r *Relay) listen(ctx context.Context) {
 // errNoListen ends the listener on CockroachDB, which has no LISTEN/NOTIFY.
 var errNoListen = errors.New("no LISTEN/NOTIFY on CockroachDB")
 
-func (r *Relay) listenOnce(ctx context.Context) error {
+// listenOnce listens on one connection until it fails; listening runs once LISTEN took.
+func (r *Relay) listenOnce(ctx context.Context, listening func()) error {
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("connecting the outbox listener: %w", err)
@@ -191,6 +200,7 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, pgOnlyListen); err != nil {
 		return fmt.Errorf("listening on %s: %w", NotifyChannel, err)
 	}
+	listening()
 	r.Wake() // whatever committed while nobody listened
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
