@@ -123,7 +123,9 @@ func consume(t *testing.T, addr, dest string) *received {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			sub, err := conn.Subscribe(dest, stomp.AckAuto)
+			// Client acks, after counting: with auto ack the broker forgets a message once
+			// written to the socket, and a broker killed meanwhile can take it with it.
+			sub, err := conn.Subscribe(dest, stomp.AckClientIndividual)
 			if err != nil {
 				conn.MustDisconnect()
 				continue
@@ -142,6 +144,9 @@ func consume(t *testing.T, addr, dest string) *received {
 					r.counts[m.Header.Get(HeaderOutboxID)]++
 					r.total++
 					r.mu.Unlock()
+					if err := conn.Ack(m); err != nil {
+						break loop
+					}
 				}
 			}
 			conn.MustDisconnect()

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -114,6 +116,29 @@ func DialConn(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
+	for attempt := 1; ; attempt++ {
+		c, err := dialOnce(ctx, cfg)
+		// ActiveMQ refuses a client id in use with an ERROR frame and closes the socket,
+		// but under load it sometimes closes before the frame is written: the client sees
+		// EOF. Asking again tells "in use" from "going down" (ErrClientIDInUse drives
+		// ingest's standby, so it must not pass for an outage).
+		if err == nil || cfg.ClientID == "" || attempt == clientIDAttempts || ctx.Err() != nil || !closedUnanswered(err) {
+			return c, err
+		}
+	}
+}
+
+// clientIDAttempts bounds DialConn's re-asks after a CONNECT with a client id that the
+// broker closed unanswered.
+const clientIDAttempts = 3
+
+// closedUnanswered reports whether the broker closed the socket without a frame.
+func closedUnanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// dialOnce is one TCP connect, TLS handshake and CONNECT exchange, within ctx.
+func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", cfg.Addr)
 	if err != nil {

@@ -271,3 +271,60 @@ func TestSecondClientIDRefused(t *testing.T) {
 		t.Fatalf("ClientIDInUse while held = %v, %v; want true", inUse, err)
 	}
 }
+
+// A broker that closes a client-id CONNECT unanswered (ActiveMQ under load, before its
+// ERROR frame is written) and answers the next one with InvalidClientIDException: DialConn
+// asks again and reports ErrClientIDInUse, not an outage. Without a client id an
+// unanswered close is an outage at once.
+func TestClientIDRefusalLostThenRepeated(t *testing.T) {
+	tests := []struct {
+		name     string
+		clientID string
+		want     error
+		accepts  int
+	}{
+		{"client id: asks again", "cid", ErrClientIDInUse, 2},
+		{"no client id: outage", "", ErrUnavailable, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			accepted := make(chan int, 4)
+			go func() {
+				for n := 1; ; n++ {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- n
+					if _, err := frame.NewReader(c).Read(); err != nil {
+						c.Close()
+						continue
+					}
+					if n > 1 {
+						f := frame.New(frame.ERROR, frame.Message, "Broker: b - Client: cid already connected from tcp://127.0.0.1:1")
+						f.Body = []byte("javax.jms.InvalidClientIDException: Broker: b - Client: cid already connected")
+						_ = frame.NewWriter(c).Write(f)
+					}
+					c.Close()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = DialConn(ctx, Config{Addr: l.Addr().String(), ClientID: tt.clientID, HeartBeat: -1})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("DialConn = %v, want %v", err, tt.want)
+			}
+			if tt.want == ErrClientIDInUse && errors.Is(err, ErrUnavailable) {
+				t.Fatalf("DialConn = %v, also wraps ErrUnavailable", err)
+			}
+			if got := len(accepted); got != tt.accepts {
+				t.Fatalf("%d connections, want %d", got, tt.accepts)
+			}
+		})
+	}
+}
