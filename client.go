@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/process"
@@ -109,6 +110,9 @@ type Client struct {
 	log  *slog.Logger
 	reg  *process.Registry
 	regr prometheus.Registerer
+	// routes are the command line's API extensions (the demo's, with -demo); a library
+	// caller's Client has none.
+	routes []api.Extension
 
 	mu      sync.Mutex
 	svc     *service.Service // built by the first Run, which has a context
@@ -191,7 +195,7 @@ func (c *Client) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	if c.svc == nil {
-		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, NoDemo: true})
+		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, Routes: c.routes})
 		if err != nil {
 			c.mu.Unlock()
 			return fmt.Errorf("inboxd: %w", err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/inboxd/inboxd/internal/cli"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -29,6 +32,7 @@ import (
 var libraryOnly = map[string]bool{
 	"DatabaseURL": true, "DatabasePasswordFile": true, "DatabasePassword": true, "StompPasscodeFile": true,
 	"AdminTokenFile": true, "WebhookTokenFile": true, "StompTLSConfig": true, "LogFormat": true, "LogLevel": true,
+	"Demo": true,
 }
 
 // Every setting of the command line is a field of Config, of the same type, so that
@@ -138,7 +142,7 @@ func TestRegisterReplaces(t *testing.T) {
 	second := HandlerFunc(func(context.Context, pgx.Tx, Event) error { return errors.New("second") })
 	Register(typ, first)
 	Register(typ, second)
-	h, ok := cli.Handlers.Lookup(typ)
+	h, ok := handlers.Lookup(typ)
 	if !ok {
 		t.Fatal("not registered")
 	}
@@ -300,4 +304,75 @@ func TestClientLifecycle(t *testing.T) {
 	c2.Handle("order.placed", handler)
 	run(t, c2)
 	processed(t, publish(t))
+}
+
+// The command line's serve is a Client: "serve -demo" through Main's wiring (the
+// handlers given to Register, the demo's routes and table) takes the tutorial's inline
+// registration to a customer, and SIGTERM stops it gracefully with exit code 0.
+func TestMainServesThroughClient(t *testing.T) {
+	db := testenv.NewDB(t)
+	addr := testenv.FreeAddr(t)
+	args := []string{"serve", "-demo", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),
+		"-destination", testenv.Queue(t), "-http-addr", addr, "-webhook-addr", "", "-cert-dir", t.TempDir(),
+		"-sweep-interval", "50ms", "-log-level", "warn"}
+	var stderr syncWriter
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(args, io.Discard, &stderr, cli.Options{Handlers: process.NewRegistry(), Serve: serve})
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-done
+		}
+	})
+	base := "http://" + addr
+	testenv.Eventually(t, 60*time.Second, "the API", func() bool {
+		r, err := http.Get(base + "/registration/form")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+	inline := `{"name":"User","email":"user@email.com","jurisdiction":"mga","createdAt":"2023-01-12T09:21:04.571+00:00"}`
+	if code := httpStatus(t, http.MethodPost, base+"/registration/", inline); code != http.StatusAccepted {
+		t.Fatalf("POST /registration/: %d", code)
+	}
+	testenv.Eventually(t, 60*time.Second, "the customer", func() bool {
+		var n int
+		_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM customers WHERE email = 'user@email.com'`).Scan(&n)
+		return n == 1
+	})
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		stopped = true
+		if code != 0 {
+			t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop within 60s of SIGTERM; stderr:\n%s", stderr.String())
+	}
+}
+
+// syncWriter is an io.Writer safe for a goroutine writing while the test reads.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

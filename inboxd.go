@@ -30,11 +30,15 @@ package inboxd
 
 import (
 	"context"
+	"log/slog"
 	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/cli"
+	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -54,13 +58,26 @@ var ErrRejected = process.ErrRejected
 // Reject marks err as a business rejection: the event becomes REJECTED, not retried.
 func Reject(err error) error { return process.Reject(err) }
 
-// Register adds (or replaces) the handler of an event type. The demo's "registration"
-// handler is registered already.
-func Register(eventType string, h Handler) { cli.Handlers.Replace(eventType, h) }
+// handlers is what Register fills and Main's "serve" processes with: the one-file
+// path's registry, like net/http's DefaultServeMux. A Client has its own.
+var handlers = process.NewRegistry()
+
+// Register adds (or replaces) the handler of an event type for Main. With -demo, Main
+// adds the demo's "registration" handler unless one is registered for that type.
+func Register(eventType string, h Handler) { handlers.Replace(eventType, h) }
 
 // Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
-// returns the exit code.
-func Main() int { return cli.Main(os.Args[1:], os.Stdout, os.Stderr) }
+// returns the exit code. Its "serve" is a Client over the pool the command line opens,
+// with the handlers given to Register.
+func Main() int {
+	return cli.Main(os.Args[1:], os.Stdout, os.Stderr, cli.Options{Handlers: handlers, Serve: serve})
+}
+
+// serve is the command line's "serve": the command line has parsed the settings, waited
+// for the database, migrated it and opened pool, which stays its own.
+func serve(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) error {
+	return (&Client{pool: pool, cfg: cfg, log: log, reg: reg, routes: routes}).Run(ctx)
+}
 
 // Outgoing is a message a handler emits: Destination ("/queue/x" or "/topic/x"), Body,
 // extra STOMP Headers, and an optional ID (a UUID; a new one when empty).

@@ -9,6 +9,7 @@ export INBOXD_DATABASE_URL=${INBOXD_DATABASE_URL:-postgres://postgres@127.0.0.1:
 export INBOXD_HTTP_ADDR=${INBOXD_HTTP_ADDR:-127.0.0.1:8090}
 export INBOXD_WEBHOOK_ADDR=${INBOXD_WEBHOOK_ADDR:-127.0.0.1:8443}
 export INBOXD_DESTINATION=${INBOXD_DESTINATION:-/queue/registrations.demo}
+export INBOXD_DEMO=true # the registration handler, its customers table, POST /registration
 export INBOXD_CERT_DIR=${INBOXD_CERT_DIR:-var/demo/certs}
 api="http://$INBOXD_HTTP_ADDR"
 state=var/demo

@@ -199,6 +199,9 @@ func journalRows(t *testing.T, db *testenv.DB, clock *sinktest.Clock) []json.Raw
 func TestRedeliveryStorm(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
+	if err := registration.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	fx := pt.NewEffects(t, db.Pool)
 	inst := startInstance(t, db, fx, sweepRetriesOnly)
 	sink := newSink(inst)
@@ -281,6 +284,9 @@ func sinkCallsOver(fx *pt.Effects, db *testenv.DB, t *testing.T) map[string]int 
 func TestTwoInstances(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
+	if err := registration.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	fx := pt.NewEffects(t, db.Pool)
 	sw := &process.SweeperConfig{Interval: 5 * time.Millisecond, Grace: 0, BatchSize: 25}
 	a := startInstance(t, db, fx, sw)
@@ -323,6 +329,9 @@ func TestTwoInstances(t *testing.T) {
 func TestDatabaseOutage(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
+	if err := registration.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	fx := pt.NewEffects(t, db.Pool)
 	inst := startInstance(t, db, fx, sweepRetriesOnly)
 	sink := newSink(inst)
@@ -387,6 +396,9 @@ func TestDatabaseOutage(t *testing.T) {
 func TestOrderingWithOutOfOrderDelivery(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
+	if err := registration.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	fx := pt.NewEffects(t, db.Pool)
 	inst := startInstance(t, db, fx, nil)
 	sink := newSink(inst)

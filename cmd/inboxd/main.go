@@ -5,9 +5,9 @@ package main
 import (
 	"os"
 
-	"github.com/inboxd/inboxd/internal/cli"
+	"github.com/inboxd/inboxd"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(inboxd.Main())
 }

@@ -19,7 +19,7 @@ import (
 
 // audit logs an operator action: what, on what, how many, from where. Never a secret.
 func (s *Server) audit(c echo.Context, action string, args ...any) {
-	s.log.Info("admin action", append([]any{"action", action, "remote", c.RealIP(), "request_id", requestID(c)}, args...)...)
+	s.log.Info("admin action", append([]any{"action", action, "remote", c.RealIP(), "request_id", RequestID(c)}, args...)...)
 }
 
 func filterAttrs(f journal.Filter) map[string]any {
@@ -86,7 +86,7 @@ func (s *Server) adminRetryOne(c echo.Context) error {
 		s.audit(c, "retry", "id", id, "count", 0, "status", r.Status)
 		return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: false})
 	case err != nil:
-		return internal("retrying entry", err)
+		return Internal("retrying entry", err)
 	}
 	s.audit(c, "retry", "id", id, "count", 1)
 	return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: true})
@@ -110,7 +110,7 @@ func (s *Server) adminReplay(c echo.Context) error {
 }
 
 func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
-	body, err := readBody(c)
+	body, err := ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
 	}
 	if mode == journal.Replay && f.IsZero() {
 		// Replaying the whole journal is never what a typo meant.
-		return badRequest("replay needs a filter", "give at least one of status, type, payload, since, until")
+		return BadRequest("replay needs a filter", "give at least one of status, type, payload, since, until")
 	}
 	ctx := c.Request().Context()
 	var n int64
@@ -136,12 +136,12 @@ func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
 	if err != nil {
 		s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n, "err", err.Error())
 		if journal.IsDataError(err) {
-			return badRequest("the filter cannot be evaluated", err.Error())
+			return BadRequest("the filter cannot be evaluated", err.Error())
 		}
 		if dry {
-			return internal(mode.String()+" dry run failed; nothing was changed", err)
+			return Internal(mode.String()+" dry run failed; nothing was changed", err)
 		}
-		return internal(fmt.Sprintf("%s failed after requeueing %d entries; repeating is harmless", mode, n), err)
+		return Internal(fmt.Sprintf("%s failed after requeueing %d entries; repeating is harmless", mode, n), err)
 	}
 	s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n)
 	return c.JSON(http.StatusOK, bulkResponse{Action: mode.String(), DryRun: dry, Count: n})
@@ -187,7 +187,7 @@ func (s *Server) adminListQuarantine(c echo.Context) error {
 		}
 	}
 	if len(problems) > 0 {
-		return badRequest("invalid query", problems)
+		return BadRequest("invalid query", problems)
 	}
 	jp := journal.QuarantinePage{Limit: p.Limit, Desc: p.Desc}
 	if p.Cursor != nil {
@@ -195,7 +195,7 @@ func (s *Server) adminListQuarantine(c echo.Context) error {
 	}
 	rows, more, err := journal.ListQuarantine(c.Request().Context(), s.cfg.Pool, reason, jp)
 	if err != nil {
-		return internal("listing quarantine", err)
+		return Internal("listing quarantine", err)
 	}
 	out := page[quarantineItem]{Items: make([]quarantineItem, 0, len(rows))}
 	for _, r := range rows {
@@ -221,7 +221,7 @@ func (s *Server) adminQuarantineBody(c echo.Context) error {
 		return notFound("no quarantine row with this id")
 	}
 	if err != nil {
-		return internal("reading quarantine body", err)
+		return Internal("reading quarantine body", err)
 	}
 	s.audit(c, "quarantine_download", "id", id, "count", 1, "size", len(body))
 	c.Response().Header().Set(echo.HeaderContentDisposition, `attachment; filename="`+id+`.bin"`)
@@ -257,7 +257,7 @@ func (s *Server) adminReinject(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	body, err := ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -266,14 +266,14 @@ func (s *Server) adminReinject(c echo.Context) error {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return badRequest("invalid JSON body", jsonProblem(err))
+			return BadRequest("invalid JSON body", JSONProblem(err))
 		}
 		if dec.More() {
-			return badRequest("invalid JSON body", "trailing data after the JSON object")
+			return BadRequest("invalid JSON body", "trailing data after the JSON object")
 		}
 	}
 	if req.Destination != "" && !validDestination(req.Destination) {
-		return badRequest("invalid destination", map[string]string{"destination": "must start with /queue/ or /topic/"})
+		return BadRequest("invalid destination", map[string]string{"destination": "must start with /queue/ or /topic/"})
 	}
 	var dest string
 	var pubErr error
@@ -299,9 +299,9 @@ func (s *Server) adminReinject(c echo.Context) error {
 		return notFound("no quarantine row with this id")
 	case pubErr != nil:
 		s.audit(c, "reinject", "id", id, "destination", dest, "count", 0, "err", pubErr.Error())
-		return unavailable("broker unavailable", map[string]string{"id": id, "hint": "nothing was marked; retry"}, nil)
+		return Unavailable("broker unavailable", map[string]string{"id": id, "hint": "nothing was marked; retry"}, nil)
 	case err != nil:
-		return internal("reinjecting", err)
+		return Internal("reinjecting", err)
 	}
 	out := reinjectResponse{ID: id, Status: "reinjected", Destination: dest, ReinjectedAt: utcPtr(res.Record.ReinjectedAt)}
 	if !res.Published {

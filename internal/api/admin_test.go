@@ -98,7 +98,7 @@ func TestAdminListEvents(t *testing.T) {
 				return
 			}
 			var p page[entry]
-			r.json(t, &p)
+			r.JSON(t, &p)
 			if r.Code != 200 || len(p.Items) != tt.want {
 				t.Errorf("%d, %d items, want %d: %s", r.Code, len(p.Items), tt.want, r.Body)
 			}
@@ -115,7 +115,7 @@ func TestAdminRetryOne(t *testing.T) {
 	for i := 0; i < 2; i++ { // the second call is harmless
 		r := h.do(t, "POST", "/admin/events/"+ids[0]+"/retry", nil)
 		var res retryResponse
-		r.json(t, &res)
+		r.JSON(t, &res)
 		if r.Code != 200 || !res.Retried || res.Status != journal.StatusFailed {
 			t.Fatalf("retry %d: %d %s", i, r.Code, r.Body)
 		}
@@ -127,7 +127,7 @@ func TestAdminRetryOne(t *testing.T) {
 	expectError(t, h.do(t, "POST", "/admin/events/"+ids[1]+"/retry", nil), http.StatusConflict)
 	r := h.do(t, "POST", "/admin/events/"+ids[2]+"/retry", nil)
 	var res retryResponse
-	r.json(t, &res)
+	r.JSON(t, &res)
 	if r.Code != 200 || res.Retried || res.Status != journal.StatusReceived {
 		t.Errorf("received entry: %d %s", r.Code, r.Body)
 	}
@@ -177,7 +177,7 @@ func TestAdminRetryFilter(t *testing.T) {
 				return
 			}
 			var res bulkResponse
-			r.json(t, &res)
+			r.JSON(t, &res)
 			if r.Code != 200 || res.Count != tt.count || res.DryRun != tt.dry || res.Action != "retry" {
 				t.Errorf("%d %s, want count %d", r.Code, r.Body, tt.count)
 			}
@@ -210,7 +210,7 @@ func TestAdminReplayDryRunVsReal(t *testing.T) {
 
 	r := h.do(t, "POST", "/admin/events/replay", `{"payload":{"jurisdiction":"mga"},"dry_run":true}`)
 	var res bulkResponse
-	r.json(t, &res)
+	r.JSON(t, &res)
 	if r.Code != 200 || res.Count != 2 || !res.DryRun || res.Action != "replay" {
 		t.Fatalf("dry run: %d %s", r.Code, r.Body)
 	}
@@ -221,7 +221,7 @@ func TestAdminReplayDryRunVsReal(t *testing.T) {
 	}
 
 	r = h.do(t, "POST", "/admin/events/replay", `{"payload":{"jurisdiction":"mga"},"status":"PROCESSED"}`)
-	r.json(t, &res)
+	r.JSON(t, &res)
 	if r.Code != 200 || res.Count != 2 || res.DryRun {
 		t.Fatalf("replay: %d %s", r.Code, r.Body)
 	}
@@ -278,7 +278,7 @@ func TestAdminQuarantine(t *testing.T) {
 			t.Errorf("listing includes bodies: %s", r.Body)
 		}
 		var p page[quarantineItem]
-		r.json(t, &p)
+		r.JSON(t, &p)
 		for _, it := range p.Items {
 			if _, dup := seen[it.ID]; dup {
 				t.Fatalf("duplicate %s", it.ID)
@@ -311,17 +311,17 @@ func TestAdminQuarantine(t *testing.T) {
 	expectError(t, h.do(t, "GET", "/admin/quarantine/zzz/body", nil), 400)
 
 	// Reinject: broker down → 503 and nothing marked.
-	h.pub.setErr(errors.New("broker down"))
+	h.pub.SetErr(errors.New("broker down"))
 	expectError(t, h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", nil), 503)
-	h.pub.setErr(nil)
+	h.pub.SetErr(nil)
 
 	var res reinjectResponse
 	r = h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", nil)
-	r.json(t, &res)
+	r.JSON(t, &res)
 	if r.Code != 200 || res.Status != "reinjected" || res.Destination != "/queue/orig" || res.ReinjectedAt == nil {
 		t.Fatalf("reinject: %d %s", r.Code, r.Body)
 	}
-	msgs := h.pub.sent()
+	msgs := h.pub.Sent()
 	if len(msgs) != 1 || string(msgs[0].Body) != string(raw) || msgs[0].Destination != "/queue/orig" ||
 		msgs[0].Headers["event-type"] != "registration" || msgs[0].Headers[HeaderReinjectedFrom] != ids[0] || msgs[0].Headers["message-id"] != "" {
 		t.Fatalf("published %+v", msgs)
@@ -329,21 +329,21 @@ func TestAdminQuarantine(t *testing.T) {
 
 	// Second call: a no-op.
 	r = h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", nil)
-	r.json(t, &res)
-	if r.Code != 200 || res.Status != "already_reinjected" || len(h.pub.sent()) != 1 {
-		t.Errorf("second reinject: %d %s (%d published)", r.Code, r.Body, len(h.pub.sent()))
+	r.JSON(t, &res)
+	if r.Code != 200 || res.Status != "already_reinjected" || len(h.pub.Sent()) != 1 {
+		t.Errorf("second reinject: %d %s (%d published)", r.Code, r.Body, len(h.pub.Sent()))
 	}
 	// Forced, to another destination.
 	r = h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", `{"destination":"/queue/fixed","force":true}`)
-	r.json(t, &res)
-	if r.Code != 200 || res.Status != "reinjected" || res.Destination != "/queue/fixed" || len(h.pub.sent()) != 2 {
+	r.JSON(t, &res)
+	if r.Code != 200 || res.Status != "reinjected" || res.Destination != "/queue/fixed" || len(h.pub.Sent()) != 2 {
 		t.Errorf("forced reinject: %d %s", r.Code, r.Body)
 	}
 	expectError(t, h.do(t, "POST", "/admin/quarantine/"+ids[1]+"/reinject", `{"destination":"elsewhere"}`), 400)
 	expectError(t, h.do(t, "POST", "/admin/quarantine/"+message.NewID()+"/reinject", nil), 404)
 
 	var st statsResponse
-	h.do(t, "GET", "/journal/stats", nil).json(t, &st)
+	h.do(t, "GET", "/journal/stats", nil).JSON(t, &st)
 	if st.Quarantine.Total != int64(len(ids)) || st.Quarantine.NotReinjected != int64(len(ids)-1) {
 		t.Errorf("quarantine stats %+v", st.Quarantine)
 	}

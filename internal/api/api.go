@@ -18,6 +18,9 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 )
 
+// HeaderContentType is passed to the Publisher, which sets the frame's content type from it.
+const HeaderContentType = "content-type"
+
 // Publisher sends a persistent message and returns only once the broker has confirmed
 // it (a STOMP receipt). An error means the message may not have been stored.
 type Publisher interface {
@@ -50,12 +53,12 @@ type Config struct {
 	TLS *tls.Config
 
 	Pool      Database  // required
-	Publisher Publisher // required: registrations and quarantine reinjection
-	// Destination is where POST /registration publishes, e.g. "/queue/registrations".
+	Publisher Publisher // required: quarantine reinjection, and extensions that publish
+	// Destination is where extensions publish, e.g. "/queue/registrations".
 	Destination string // required
-	// NoDemo leaves out the demo's /registration routes and links: a program embedding
-	// inboxd has events of its own, and must not get a door that publishes into them.
-	NoDemo bool
+	// Extensions add routes of their own, such as the demo's /registration; none by
+	// default, so that no door publishes into a program's events unless it opens one.
+	Extensions []Extension
 	// AdminToken, when set, guards /admin/* (and the journal reads) with
 	// "Authorization: Bearer <token>". Unset, /admin/* is served to localhost only.
 	AdminToken string
@@ -87,6 +90,7 @@ type Config struct {
 // Server is the REST API.
 type Server struct {
 	cfg         Config
+	openAPI     []byte // the core document with the extensions' paths
 	e           *echo.Echo
 	log         *slog.Logger
 	admin, read echo.MiddlewareFunc
@@ -128,7 +132,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	doc, err := mergeOpenAPI(openAPIDoc, cfg.Extensions)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, openAPI: doc}
 	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
 	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
 	if cfg.AdminToken == "" {
@@ -157,15 +165,14 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{Registry: cfg.Metrics.Registry})))
-	e.GET("/openapi.json", s.openAPI)
+	e.GET("/openapi.json", s.serveOpenAPI)
 
 	e.GET("/", s.index)
-	if !cfg.NoDemo {
-		e.GET("/registration/form", s.registrationForm)
-		e.GET("/registration", s.registrationIndex)
-		post("/registration", s.postRegistration)
-		// The reference tutorial posts to /registration/, with the slash.
-		post("/registration/", s.postRegistration)
+	for _, x := range cfg.Extensions {
+		if x.Mount != nil {
+			x.Mount(Mount{Echo: e, Publisher: cfg.Publisher, Destination: cfg.Destination,
+				PublishTimeout: cfg.PublishTimeout, Log: s.log.With("extension", x.Name)})
+		}
 	}
 
 	e.GET("/journal", s.journalIndex, s.read)

@@ -37,17 +37,17 @@ func (e *httpError) Error() string {
 
 func (e *httpError) Unwrap() error { return e.cause }
 
-func badRequest(msg string, detail any) error {
+func BadRequest(msg string, detail any) error {
 	return &httpError{status: http.StatusBadRequest, msg: msg, detail: detail}
 }
 
 func notFound(msg string) error { return &httpError{status: http.StatusNotFound, msg: msg} }
 
-func internal(msg string, cause error) error {
+func Internal(msg string, cause error) error {
 	return &httpError{status: http.StatusInternalServerError, msg: msg, cause: cause}
 }
 
-func unavailable(msg string, detail any, cause error) error {
+func Unavailable(msg string, detail any, cause error) error {
 	return &httpError{status: http.StatusServiceUnavailable, msg: msg, detail: detail, cause: cause}
 }
 
@@ -74,14 +74,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if he.status >= 500 && he.cause != nil {
 		if errors.Is(he.cause, context.Canceled) {
-			s.log.Debug("request canceled", "path", c.Path(), "request_id", requestID(c))
+			s.log.Debug("request canceled", "path", c.Path(), "request_id", RequestID(c))
 		} else {
-			s.log.Error(he.msg, "err", he.cause, "method", c.Request().Method, "route", c.Path(), "request_id", requestID(c))
+			s.log.Error(he.msg, "err", he.cause, "method", c.Request().Method, "route", c.Path(), "request_id", RequestID(c))
 		}
 	}
 	if he.status == http.StatusInternalServerError {
 		// Internal errors say no more than the request id to look the log up by.
-		he.detail = map[string]string{"request_id": requestID(c)}
+		he.detail = map[string]string{"request_id": RequestID(c)}
 	}
 	var werr error
 	if c.Request().Method == http.MethodHead {
@@ -94,7 +94,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-func requestID(c echo.Context) string {
+func RequestID(c echo.Context) string {
 	return c.Response().Header().Get(echo.HeaderXRequestID)
 }
 
@@ -118,7 +118,7 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 			"latency_ms", float64(time.Since(start).Microseconds())/1000,
 			"bytes", res.Size,
 			"remote", c.RealIP(),
-			"request_id", requestID(c))
+			"request_id", RequestID(c))
 		return nil
 	}
 }

@@ -38,7 +38,7 @@ func (s *Server) adminFeed(c echo.Context) error {
 		return c.JSON(http.StatusOK, feedResponse{Database: "postgresql", Jobs: []feedJob{}})
 	}
 	if err != nil {
-		return internal("listing changefeed jobs", err)
+		return Internal("listing changefeed jobs", err)
 	}
 	out := feedResponse{Database: "cockroachdb", Jobs: make([]feedJob, 0, len(jobs))}
 	now := time.Now()

@@ -218,7 +218,7 @@ func parseEventQuery(q url.Values, allowed []string, withType bool) (eventQuery,
 	}
 	out.Filter.Contains = contains
 	if len(problems) > 0 {
-		return eventQuery{}, badRequest("invalid query", problems)
+		return eventQuery{}, BadRequest("invalid query", problems)
 	}
 	return out, nil
 }
@@ -360,10 +360,10 @@ func parseFilterBody(body []byte, allowed []string) (journal.Filter, bool, error
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&fb); err != nil {
-			return journal.Filter{}, false, badRequest("invalid JSON body", jsonProblem(err))
+			return journal.Filter{}, false, BadRequest("invalid JSON body", JSONProblem(err))
 		}
 		if dec.More() {
-			return journal.Filter{}, false, badRequest("invalid JSON body", "trailing data after the JSON object")
+			return journal.Filter{}, false, BadRequest("invalid JSON body", "trailing data after the JSON object")
 		}
 	}
 	problems := map[string]string{}
@@ -403,7 +403,7 @@ func parseFilterBody(body []byte, allowed []string) (journal.Filter, bool, error
 		}
 	}
 	if len(problems) > 0 {
-		return journal.Filter{}, false, badRequest("invalid filter", problems)
+		return journal.Filter{}, false, BadRequest("invalid filter", problems)
 	}
 	return f, fb.DryRun, nil
 }
@@ -433,7 +433,7 @@ func normaliseObject(raw []byte) (json.RawMessage, error) {
 }
 
 // jsonProblem turns a decoding error into a short message naming the field.
-func jsonProblem(err error) any {
+func JSONProblem(err error) any {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		return map[string]string{te.Field: "must be a " + te.Type.String()}

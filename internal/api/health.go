@@ -14,11 +14,12 @@ import (
 //go:embed openapi.json
 var openAPIDoc []byte
 
-// OpenAPI returns the embedded OpenAPI 3 document.
+// OpenAPI returns the core's embedded OpenAPI 3 document, without extensions.
 func OpenAPI() []byte { return openAPIDoc }
 
-func (s *Server) openAPI(c echo.Context) error {
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPIDoc)
+// serveOpenAPI is GET /openapi.json: the core document with the extensions' paths.
+func (s *Server) serveOpenAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.openAPI)
 }
 
 // GET /healthz: the process is up and serving.
@@ -62,7 +63,7 @@ func (s *Server) readyz(c echo.Context) error {
 	if len(failed) > 0 {
 		sort.Strings(failed)
 		s.log.Warn("not ready", "failed", failed)
-		return unavailable("not ready: "+strings.Join(failed, ", "), results, nil)
+		return Unavailable("not ready: "+strings.Join(failed, ", "), results, nil)
 	}
 	return c.JSON(http.StatusOK, readyResponse{Status: "ready", Checks: results})
 }

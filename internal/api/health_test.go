@@ -28,7 +28,7 @@ func TestHealthAndReady(t *testing.T) {
 	}
 	r := h.do(t, "GET", "/readyz", nil)
 	var ready readyResponse
-	r.json(t, &ready)
+	r.JSON(t, &ready)
 	if r.Code != 200 || ready.Checks["database"] != "ok" || ready.Checks["broker"] != "ok" {
 		t.Errorf("readyz: %d %s", r.Code, r.Body)
 	}
@@ -36,7 +36,7 @@ func TestHealthAndReady(t *testing.T) {
 	r = h.do(t, "GET", "/readyz", nil)
 	detail := expectError(t, r, 503)
 	var e Error
-	r.json(t, &e)
+	r.JSON(t, &e)
 	if !strings.Contains(e.Error, "broker") || strings.Contains(e.Error, "database") {
 		t.Errorf("503 should name the broker only: %s", r.Body)
 	}
@@ -52,7 +52,7 @@ func TestHealthAndReady(t *testing.T) {
 	h.db.Pool.Close()
 	r = h.do(t, "GET", "/readyz", nil)
 	expectError(t, r, 503)
-	r.json(t, &e)
+	r.JSON(t, &e)
 	if !strings.Contains(e.Error, "database") {
 		t.Errorf("503 should name the database: %s", r.Body)
 	}

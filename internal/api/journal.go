@@ -30,7 +30,7 @@ type entry struct {
 	UpdatedAt     time.Time       `json:"updated_at"`
 	ProcessedAt   *time.Time      `json:"processed_at"`
 	Payload       json.RawMessage `json:"payload"`
-	Links         links           `json:"_links"`
+	Links         Links           `json:"_links"`
 }
 
 func toEntry(r journal.Record) entry {
@@ -39,9 +39,9 @@ func toEntry(r journal.Record) entry {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError,
 		NextAttemptAt: r.NextAttemptAt.UTC(), ReceivedAt: r.ReceivedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		ProcessedAt: utcPtr(r.ProcessedAt), Payload: r.Payload,
-		Links: links{
+		Links: Links{
 			"self":   {Href: "/journal/" + r.ID},
-			"events": {Href: eventsPath(r.EventType)},
+			"events": {Href: EventsPath(r.EventType)},
 		},
 	}
 }
@@ -60,7 +60,7 @@ type page[T any] struct {
 	// NextCursor is absent on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Links has self, and next unless this is the last page.
-	Links links `json:"_links"`
+	Links Links `json:"_links"`
 }
 
 // journalRef serves GET /journal/{type}-events and GET /journal/{id}.
@@ -87,7 +87,7 @@ func (s *Server) listEvents(c echo.Context, eventType string) error {
 func (s *Server) respondEvents(c echo.Context, q eventQuery) error {
 	recs, more, err := journal.List(c.Request().Context(), s.cfg.Pool, q.Filter, q.journalPage())
 	if err != nil {
-		return internal("listing journal", err)
+		return Internal("listing journal", err)
 	}
 	out := page[entry]{Items: make([]entry, 0, len(recs))}
 	for _, r := range recs {
@@ -104,7 +104,7 @@ func (s *Server) respondEvents(c echo.Context, q eventQuery) error {
 func parseID(raw string) (string, error) {
 	id, ok := message.CanonicalUUID(raw)
 	if !ok {
-		return "", badRequest("invalid id", map[string]string{"id": "must be a UUID"})
+		return "", BadRequest("invalid id", map[string]string{"id": "must be a UUID"})
 	}
 	return id, nil
 }
@@ -119,7 +119,7 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 		return notFound("no journal entry with this id")
 	}
 	if err != nil {
-		return internal("reading journal entry", err)
+		return Internal("reading journal entry", err)
 	}
 	return c.JSON(http.StatusOK, toEntry(r))
 }
@@ -163,11 +163,11 @@ func (s *Server) journalStats(c echo.Context) error {
 	ctx := c.Request().Context()
 	st, err := journal.ReadStats(ctx, s.cfg.Pool)
 	if err != nil {
-		return internal("reading journal stats", err)
+		return Internal("reading journal stats", err)
 	}
 	wms, err := s.cfg.Watermarks.Watermarks(ctx)
 	if err != nil {
-		return internal("reading feed watermarks", err)
+		return Internal("reading feed watermarks", err)
 	}
 	out := statsResponse{
 		Total: st.Total, ByStatus: st.ByStatus, ByType: st.ByType,
@@ -177,7 +177,7 @@ func (s *Server) journalStats(c echo.Context) error {
 	}
 	ob, err := outbox.ReadStats(ctx, s.cfg.Pool)
 	if err != nil {
-		return internal("reading outbox stats", err)
+		return Internal("reading outbox stats", err)
 	}
 	out.Outbox = outboxStats{Unsent: ob.Unsent, Sent: ob.Sent, OldestUnsentAgeSeconds: ob.OldestUnsentAge().Seconds(),
 		OldestUnsentCreatedAt: utcPtr(ob.OldestUnsent)}

@@ -63,7 +63,7 @@ func TestListEventsFilters(t *testing.T) {
 				t.Fatalf("%d %s", r.Code, r.Body)
 			}
 			var p page[entry]
-			r.json(t, &p)
+			r.JSON(t, &p)
 			if len(p.Items) != tt.want || p.NextCursor != "" {
 				t.Errorf("got %d items (cursor %q), want %d", len(p.Items), p.NextCursor, tt.want)
 			}
@@ -77,7 +77,7 @@ func TestListEventsFilters(t *testing.T) {
 	// An unknown type is an empty list, not an error: types are open-ended.
 	r := h.do(t, "GET", "/journal/nothing-events", nil)
 	var p page[entry]
-	r.json(t, &p)
+	r.JSON(t, &p)
 	if r.Code != 200 || len(p.Items) != 0 || p.Items == nil {
 		t.Errorf("unknown type: %d %s", r.Code, r.Body)
 	}
@@ -111,7 +111,7 @@ func TestListEventsPaginationWalk(t *testing.T) {
 						t.Fatalf("%d %s", r.Code, r.Body)
 					}
 					var p page[entry]
-					r.json(t, &p)
+					r.JSON(t, &p)
 					pages++
 					if len(p.Items) > limit {
 						t.Fatalf("page of %d items, limit %d", len(p.Items), limit)
@@ -143,7 +143,7 @@ func TestListEventsPaginationWalk(t *testing.T) {
 	// A cursor is bound to its order and its listing kind.
 	r := h.do(t, "GET", "/journal/registration-events?limit=1&order=asc", nil)
 	var p page[entry]
-	r.json(t, &p)
+	r.JSON(t, &p)
 	expectError(t, h.do(t, "GET", "/journal/registration-events?order=desc&cursor="+p.NextCursor, nil), 400)
 	expectError(t, h.do(t, "GET", "/admin/quarantine?order=asc&cursor="+p.NextCursor, nil), 400)
 }
@@ -156,7 +156,7 @@ func TestGetEntry(t *testing.T) {
 		t.Fatalf("%d %s", r.Code, r.Body)
 	}
 	var m map[string]any
-	r.json(t, &m)
+	r.JSON(t, &m)
 	for _, k := range []string{"id", "status", "attempts", "last_error", "next_attempt_at", "received_at", "processed_at",
 		"updated_at", "sequence_no", "tag", "aggregate_id", "payload", "event_type"} {
 		if _, ok := m[k]; !ok {
@@ -185,7 +185,7 @@ func TestStats(t *testing.T) {
 		t.Fatalf("%d %s", r.Code, r.Body)
 	}
 	var s statsResponse
-	r.json(t, &s)
+	r.JSON(t, &s)
 	if s.Total != 4 || s.ByStatus["RECEIVED"] != 3 || s.ByStatus["PROCESSED"] != 1 || s.ByStatus["DEAD"] != 0 {
 		t.Errorf("counts %+v", s)
 	}

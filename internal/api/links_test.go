@@ -5,30 +5,19 @@ import (
 	"testing"
 )
 
-// The reference tutorial's requests: the slash after /registration, its inline
-// payload, and a browser exploring from GET / by links.
-func TestTutorialRoutesAndLinks(t *testing.T) {
+// A browser exploring from GET / by links, as the reference tutorial's readers do (the
+// registration package tests the tutorial's own requests).
+func TestLinks(t *testing.T) {
 	h := newHarness(t, nil)
-	inline := `{"name":"User","email":"user@email.com","jurisdiction":"mga","createdAt":"2023-01-12T09:21:04.571+00:00"}`
-	for _, path := range []string{"/registration/", "/registration"} {
-		r := h.do(t, "POST", path, inline)
-		if r.Code != 202 || !strings.HasPrefix(r.Header.Get("Location"), "/journal/") {
-			t.Fatalf("POST %s: %d %s", path, r.Code, r.Body)
-		}
-	}
-	if n := len(h.pub.sent()); n != 2 {
-		t.Fatalf("published %d, want 2", n)
-	}
-
 	var idx struct {
-		Links links `json:"_links"`
+		Links Links `json:"_links"`
 	}
 	r := h.do(t, "GET", "/", nil)
 	if r.Code != 200 {
 		t.Fatalf("GET /: %d %s", r.Code, r.Body)
 	}
-	r.json(t, &idx)
-	for _, rel := range []string{"self", "registration-form", "registration-events", "stats", "openapi", "journal"} {
+	r.JSON(t, &idx)
+	for _, rel := range []string{"self", "stats", "openapi", "journal"} {
 		l, ok := idx.Links[rel]
 		if !ok {
 			t.Errorf("GET / has no %q link", rel)
@@ -42,7 +31,7 @@ func TestTutorialRoutesAndLinks(t *testing.T) {
 			t.Errorf("link %s → GET %s: %d %s", rel, l.Href, r.Code, r.Body)
 		}
 	}
-	for _, path := range []string{"/journal", "/registration"} {
+	for _, path := range []string{"/journal"} {
 		if r := h.do(t, "GET", path, nil); r.Code != 200 || !strings.Contains(string(r.Body), `"_links"`) {
 			t.Errorf("GET %s: %d %s", path, r.Code, r.Body)
 		}
@@ -61,7 +50,7 @@ func TestTutorialRoutesAndLinks(t *testing.T) {
 		if r.Code != 200 {
 			t.Fatalf("GET %s: %d %s", next, r.Code, r.Body)
 		}
-		r.json(t, &p)
+		r.JSON(t, &p)
 		if p.Links["self"].Href != next {
 			t.Errorf("page self = %q, want %q", p.Links["self"].Href, next)
 		}
@@ -80,7 +69,7 @@ func TestTutorialRoutesAndLinks(t *testing.T) {
 		t.Errorf("walked %v, want %v", walked, ids)
 	}
 	var e entry
-	h.do(t, "GET", "/journal/"+ids[0], nil).json(t, &e)
+	h.do(t, "GET", "/journal/"+ids[0], nil).JSON(t, &e)
 	if e.Links["self"].Href != "/journal/"+ids[0] || e.ID != ids[0] || e.Status == "" {
 		t.Errorf("entry %+v", e)
 	}

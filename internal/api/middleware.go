@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -43,8 +45,8 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 			if r == http.ErrAbortHandler {
 				panic(r)
 			}
-			s.log.Error("panic in handler", "panic", fmt.Sprint(r), "route", c.Path(), "request_id", requestID(c), "stack", string(debug.Stack()))
-			err = internal("panic", fmt.Errorf("panic: %v", r))
+			s.log.Error("panic in handler", "panic", fmt.Sprint(r), "route", c.Path(), "request_id", RequestID(c), "stack", string(debug.Stack()))
+			err = Internal("panic", fmt.Errorf("panic: %v", r))
 		}()
 		return next(c)
 	}
@@ -69,14 +71,20 @@ func tooLarge(limit int64) error {
 }
 
 // readBody reads the request body, mapping the size cap to 413.
-func readBody(c echo.Context) ([]byte, error) {
+func ReadBody(c echo.Context) ([]byte, error) {
 	b, err := io.ReadAll(c.Request().Body)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, tooLarge(mbe.Limit)
 	}
 	if err != nil {
-		return nil, badRequest("reading request body", err.Error())
+		return nil, BadRequest("reading request body", err.Error())
 	}
 	return b, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

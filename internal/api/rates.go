@@ -30,17 +30,17 @@ func (s *Server) journalRates(c echo.Context) error {
 	minutes := 10
 	for name, vs := range c.QueryParams() {
 		if name != "minutes" {
-			return badRequest("invalid query", map[string]string{name: "unknown parameter"})
+			return BadRequest("invalid query", map[string]string{name: "unknown parameter"})
 		}
 		n, err := strconv.Atoi(vs[0])
 		if len(vs) != 1 || err != nil || n < 1 || n > 60 {
-			return badRequest("invalid query", map[string]string{"minutes": "must be an integer from 1 to 60, given once"})
+			return BadRequest("invalid query", map[string]string{"minutes": "must be an integer from 1 to 60, given once"})
 		}
 		minutes = n
 	}
 	bs, now, err := journal.Rates(c.Request().Context(), s.cfg.Pool, time.Duration(minutes)*time.Minute, rateBucket)
 	if err != nil {
-		return internal("reading journal rates", err)
+		return Internal("reading journal rates", err)
 	}
 	out := ratesResponse{BucketSeconds: int(rateBucket / time.Second), Now: now, Buckets: make([]rateJSON, len(bs))}
 	for i, b := range bs {

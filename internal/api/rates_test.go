@@ -30,7 +30,7 @@ func TestJournalRates(t *testing.T) {
 	if r.Code != http.StatusOK {
 		t.Fatalf("%d %s", r.Code, r.Body)
 	}
-	r.json(t, &out)
+	r.JSON(t, &out)
 	if out.BucketSeconds != 10 || len(out.Buckets) != 60 {
 		t.Fatalf("bucket_seconds %d, %d buckets; want 10 and 60", out.BucketSeconds, len(out.Buckets))
 	}

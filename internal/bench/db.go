@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -51,6 +52,12 @@ func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
 	}
 	defer pool.Close()
 	if _, err := schema.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		_ = d.drop(ctx)
+		return nil, fmt.Errorf("migrating %s: %w", name, err)
+	}
+	// The end-to-end rows run the demo's registration handler, which writes customers.
+	if err := registration.Migrate(ctx, pool); err != nil {
 		pool.Close()
 		_ = d.drop(ctx)
 		return nil, fmt.Errorf("migrating %s: %w", name, err)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/process"
 )
 
 // command is one subcommand. run gets a context that is cancelled on the first
@@ -27,6 +28,16 @@ type command struct {
 // env is what every subcommand shares.
 type env struct {
 	stdout, stderr io.Writer
+	opts           Options
+}
+
+// Options are what the program running the command line brings.
+type Options struct {
+	// Handlers are the event handlers "serve" processes with; -demo adds the demo's
+	// registration handler unless one is registered for its type.
+	Handlers *process.Registry
+	// Serve runs inboxd for "serve" (inboxd.Main gives its Client's); nil, "serve" fails.
+	Serve Server
 }
 
 var commands = map[string]command{}
@@ -35,7 +46,7 @@ var commands = map[string]command{}
 var errUsage = errors.New("usage")
 
 // Main runs inboxd with args (without the program name) and returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer, opts Options) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		return 0
@@ -48,7 +59,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext(stderr)
 	defer stop()
-	if err := cmd.run(ctx, &env{stdout: stdout, stderr: stderr}, args[1:]); err != nil {
+	if err := cmd.run(ctx, &env{stdout: stdout, stderr: stderr, opts: opts}, args[1:]); err != nil {
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
 			return 2
 		}

@@ -15,7 +15,7 @@ import (
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Main(args, &out, &errOut)
+	code = Main(args, &out, &errOut, Options{})
 	return code, out.String(), errOut.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -34,6 +35,12 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	}
 	for _, name := range applied {
 		fmt.Fprintln(e.stdout, "applied", name)
+	}
+	if cfg.Demo {
+		if err := registration.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, "demo: the customers table exists")
 	}
 	// Retention: row-level TTL on CockroachDB; on PostgreSQL "inboxd serve" prunes.
 	m := feed.NewManager(pool, cfg.Logger(e.stderr))

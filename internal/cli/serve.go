@@ -3,10 +3,15 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd/internal/config"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -20,33 +25,45 @@ func init() {
 	commands["serve"] = command{summary: "run inboxd: STOMP ingest, changefeed webhook, retry sweeper and REST API", run: runServe}
 }
 
-// Handlers is the registry "serve" processes events with. It starts with the demo's
-// registration handler; programs embedding inboxd add their own before calling Main.
-var Handlers = defaultHandlers()
-
-func defaultHandlers() *process.Registry {
-	reg := process.NewRegistry()
-	reg.Register(registration.EventType, process.HandlerFunc(registration.Handle))
-	return reg
-}
+// Server runs inboxd over pool until ctx is cancelled, with the handlers of reg and the
+// API routes given: the root package's Client, which this package cannot import. The
+// pool stays the caller's.
+type Server func(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) error
 
 func runServe(ctx context.Context, e *env, args []string) error {
 	cfg, _, err := parseFlags(e, "serve", "[flags]", args, nil)
 	if err != nil {
 		return err
 	}
+	if e.opts.Serve == nil {
+		return errors.New("this program cannot serve: run it through inboxd.Main")
+	}
 	log := cfg.Logger(e.stderr)
 	if _, err := cfg.ConnConfig(); err != nil {
 		return err // a malformed URL or password file: waiting will not fix it
 	}
+	reg := e.opts.Handlers
+	if reg == nil {
+		reg = process.NewRegistry()
+	}
+	var routes []api.Extension
+	if cfg.Demo {
+		// The demo is the command line's, never the core's.
+		routes = registration.Wire(cfg, reg)
+	}
 	// Wait for the database (create it, migrate), each try logged, instead of exiting:
 	// inboxd started before its database, or during an outage, comes up once it answers.
 	bo := stompx.Backoff{Initial: 200 * time.Millisecond}
-	var svc *service.Service
+	var pool *pgxpool.Pool
 	for {
 		err := ensureDatabase(ctx, cfg)
 		if err == nil {
-			svc, err = service.New(ctx, cfg, Handlers, log)
+			pool, err = service.OpenPool(ctx, cfg, log)
+		}
+		if err == nil && cfg.Demo {
+			if err = registration.Migrate(ctx, pool); err != nil {
+				pool.Close()
+			}
 		}
 		if err == nil {
 			break
@@ -62,7 +79,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 	}
-	return svc.Run(ctx)
+	defer pool.Close()
+	return e.opts.Serve(ctx, pool, cfg, reg, log, routes)
 }
 
 // retryableAtStart reports whether serve should wait and try again: the database is

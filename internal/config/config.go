@@ -25,7 +25,8 @@ type Config struct {
 	StompLogin    string
 	StompPasscode string
 	Destinations  []string
-	// PublishDestination is where POST /registration publishes; empty means Destinations[0].
+	// PublishDestination is where the API publishes (the demo's POST /registration);
+	// empty means Destinations[0].
 	PublishDestination string
 	ClientID           string
 	SubscriptionName   string
@@ -70,6 +71,10 @@ type Config struct {
 	MaxInflightBytes int
 	DefaultEventType string
 
+	// Demo wires in the demo (package registration): the command line's business, never
+	// the library's.
+	Demo bool
+
 	Concurrency      int
 	MaxAttempts      int
 	ProcessBatchSize int
@@ -100,7 +105,7 @@ type setting struct {
 }
 
 // boolFlags are the settings where "-flag" alone means true.
-var boolFlags = map[string]bool{"stomp-tls": true, "stomp-tls-insecure-skip-verify": true, "non-durable-topics": true}
+var boolFlags = map[string]bool{"demo": true, "stomp-tls": true, "stomp-tls-insecure-skip-verify": true, "non-durable-topics": true}
 
 func settings(c *Config) []setting {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
@@ -182,7 +187,8 @@ func settings(c *Config) []setting {
 		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", "client", str(&c.AckMode)},
 		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", "262144", num(&c.MaxBodyBytes)},
 		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", "67108864", num(&c.MaxInflightBytes)},
-		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field", "registration", str(&c.DefaultEventType)},
+		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
+		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(process.DefaultConcurrency()), num(&c.Concurrency)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},

@@ -268,7 +268,10 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		CertDir: t.TempDir(), CertHosts: []string{"127.0.0.1"}, WebhookURL: "webhook-https://127.0.0.1/changefeed",
 	}
 	reg := process.NewRegistry()
-	reg.Register(registration.EventType, process.HandlerFunc(registration.Handle))
+	routes := registration.Wire(cfg, reg)
+	if err := registration.Migrate(context.Background(), f.db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	reg.Register(flakyType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		if broken.Load() {
 			return errors.New("payment gateway: connection refused")
@@ -280,7 +283,7 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, reg, log)
+	svc, err := service.New(ctx, cfg, reg, log, service.Options{Routes: routes})
 	if err != nil {
 		cancel()
 		t.Fatalf("starting inboxd: %v", err)

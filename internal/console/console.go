@@ -69,7 +69,7 @@ type view struct {
 }
 
 // Reasons a message is quarantined for (see internal/journal and the README).
-var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "invalid_header", "too_large", "id_conflict"}
+var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "missing_type", "invalid_header", "invalid_field", "too_large", "id_conflict"}
 
 type console struct {
 	cfg  Config

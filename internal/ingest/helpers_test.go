@@ -45,6 +45,9 @@ func startSubscriber(t *testing.T, cfg Config, db journal.DB, h hooks) *running 
 	if cfg.Backoff.Initial == 0 {
 		cfg.Backoff = stompx.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	}
+	if cfg.DefaultEventType == "" {
+		cfg.DefaultEventType = "test" // the tests' payloads mostly name no type
+	}
 	s, err := New(cfg, db)
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)

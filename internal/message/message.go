@@ -16,12 +16,15 @@ import (
 type Reason string
 
 const (
-	ReasonTooLarge   Reason = "too_large"
-	ReasonNotJSON    Reason = "not_json"
-	ReasonNotObject  Reason = "not_object"
-	ReasonMissingID  Reason = "missing_id"
-	ReasonInvalidID  Reason = "invalid_id"
-	ReasonIDConflict Reason = "id_conflict"
+	ReasonTooLarge  Reason = "too_large"
+	ReasonNotJSON   Reason = "not_json"
+	ReasonNotObject Reason = "not_object"
+	ReasonMissingID Reason = "missing_id"
+	ReasonInvalidID Reason = "invalid_id"
+	// ReasonMissingType: no event-type header, no payload "type", and no default event
+	// type configured, so no handler could ever be chosen.
+	ReasonMissingType Reason = "missing_type"
+	ReasonIDConflict  Reason = "id_conflict"
 	// ReasonInvalidHeader: an event-type or aggregate-id header the database cannot
 	// store (NUL, invalid UTF-8) or that is absurdly long.
 	ReasonInvalidHeader Reason = "invalid_header"
@@ -127,6 +130,9 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	if ev.EventType == "" {
 		ev.EventType = opts.DefaultEventType
+	}
+	if ev.EventType == "" {
+		return Event{}, &Invalid{ReasonMissingType, "no event type: send an event-type header or a \"type\" field, or set a default event type"}
 	}
 	ev.AggregateID = stringField(fields, "aggregateId")
 	if ev.AggregateID == "" {

@@ -117,3 +117,33 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 		}
 	}
 }
+
+// With no default event type, a message that names none is quarantined: no handler
+// could ever be chosen for it, and a journal entry of type "" would only die later.
+func TestMissingType(t *testing.T) {
+	id := "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"
+	tests := []struct {
+		name    string
+		body    string
+		headers map[string]string
+		want    Reason // "" means journaled
+	}{
+		{"no type anywhere", `{"id":"` + id + `"}`, nil, ReasonMissingType},
+		{"empty type field", `{"id":"` + id + `","type":""}`, nil, ReasonMissingType},
+		{"type not a string", `{"id":"` + id + `","type":5}`, nil, ReasonMissingType},
+		{"type field", `{"id":"` + id + `","type":"t"}`, nil, ""},
+		{"event-type header", `{"id":"` + id + `"}`, map[string]string{HeaderEventType: "h"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode([]byte(tt.body), func(k string) string { return tt.headers[k] }, Options{})
+			var inv *Invalid
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("err = %v, want none", err)
+			case tt.want != "" && (!errors.As(err, &inv) || inv.Reason != tt.want):
+				t.Fatalf("err = %v, want reason %s", err, tt.want)
+			}
+		})
+	}
+}

@@ -98,7 +98,8 @@ func (batchHandler) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) err
 // rejected ones apart.
 var errNotClean = errors.New("a registration of the batch is invalid")
 
-// HandleBatch inserts every registration with one statement. Any invalid one, or any
+// HandleBatch inserts every registration with one statement, and emits each one's
+// customer-registered event. Any invalid one, or any
 // conflict (an email taken, within the batch or before), fails the whole call, and the
 // engine then runs each event through Handle.
 func (batchHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.Event) ([]error, error) {
@@ -120,6 +121,13 @@ func (batchHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.Ev
 		ON CONFLICT (id) DO NOTHING`, ids, jurisdictions, emails, names, created)
 	if err != nil {
 		return nil, fmt.Errorf("inserting %d customers: %w", len(evs), err)
+	}
+	// Each customer's customer-registered event, as Handle emits it.
+	for i := range evs {
+		r := Registration{ID: ids[i], Name: names[i], Email: emails[i], Jurisdiction: jurisdictions[i], CreatedAt: created[i]}
+		if err := emitRegistered(ctx, tx, r); err != nil {
+			return nil, err
+		}
 	}
 	return make([]error, len(evs)), nil
 }
@@ -220,4 +228,31 @@ func Count(ctx context.Context, db Querier) (int64, error) {
 		return 0, fmt.Errorf("counting customers: %w", err)
 	}
 	return n, nil
+}
+
+// Execer is what Migrate needs: a pool or a connection.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Migrate creates the customers table, the demo's own; inboxd's schema knows nothing
+// of it. The statement is idempotent (IF NOT EXISTS), so it runs at every start of the
+// demo, and from two instances at once, without a migrations record; PostgreSQL and
+// CockroachDB accept it alike.
+func Migrate(ctx context.Context, db Execer) error {
+	_, err := db.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS customers (
+		    -- The registration event id: the business effect is keyed by the event that caused it.
+		    id            UUID        PRIMARY KEY,
+		    jurisdiction  TEXT        NOT NULL,
+		    email         TEXT        NOT NULL,
+		    name          TEXT        NOT NULL,
+		    registered_at TIMESTAMPTZ NOT NULL,
+		    created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+		    CONSTRAINT customers_jurisdiction_email UNIQUE (jurisdiction, email)
+		)`)
+	if err != nil {
+		return fmt.Errorf("creating the customers table: %w", err)
+	}
+	return nil
 }

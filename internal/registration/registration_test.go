@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func FuzzParse(f *testing.F) {
 
 func TestHandle(t *testing.T) {
 	ctx := context.Background()
-	db := testenv.NewDB(t)
+	db := newDB(t)
 	reg := process.NewRegistry()
 	reg.Register(registration.EventType, registration.Handler)
 	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
@@ -143,4 +144,40 @@ func TestHandle(t *testing.T) {
 		row.Headers["aggregate-id"] != "mga:ada@example.com" {
 		t.Errorf("customer-registered row %+v, body %s: %v", row, row.Body, err)
 	}
+}
+
+// Processed as a batch (HandleBatch, one insert for many), every registration still
+// emits its customer-registered event, as Handle does one by one.
+func TestHandleBatchEmits(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	reg := process.NewRegistry()
+	reg.Register(registration.EventType, registration.Handler)
+	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
+	var payloads [][]byte
+	for i := range 5 {
+		payloads = append(payloads, []byte(fmt.Sprintf(`{"id":%q,"type":"registration","name":"Ada","email":"ada%d@example.com","jurisdiction":"mga","createdAt":"2025-01-02T03:04:05Z"}`, pt.NewID(), i)))
+	}
+	ids := pt.Ingest(t, db.Pool, payloads...)
+	if _, _, err := e.ProcessDue(ctx, 0, 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if st, _, le := pt.Status(t, db.Pool, id); st != "PROCESSED" {
+			t.Fatalf("%s: %s %s", id, st, le)
+		}
+		if _, ok, err := outbox.Get(ctx, db.Pool, outbox.DerivedID(registration.EventCustomerRegistered, id)); err != nil || !ok {
+			t.Errorf("no customer-registered row for %s (%v)", id, err)
+		}
+	}
+}
+
+// newDB is a test database with inboxd's schema and the demo's customers table.
+func newDB(t *testing.T) *testenv.DB {
+	t.Helper()
+	db := testenv.NewDB(t)
+	if err := registration.Migrate(context.Background(), db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // Issue 10: lookalike e-mails registered as different people (NFD vs NFC, a zero-width
@@ -96,7 +95,7 @@ func TestCreatedAtBounds(t *testing.T) {
 // case, collide in the handler.
 func TestLookalikesAreOneCustomer(t *testing.T) {
 	ctx := context.Background()
-	db := testenv.NewDB(t)
+	db := newDB(t)
 	reg := process.NewRegistry()
 	reg.Register(registration.EventType, registration.Handler)
 	e := process.New(db.Pool, reg, process.Config{}, nil, nil)

@@ -87,14 +87,18 @@ func startService(t *testing.T, db *testenv.DB, queue string, edit func(*config.
 	if edit != nil {
 		edit(cfg)
 	}
+	// The demo, wired as the command line's -demo does.
 	reg := process.NewRegistry()
-	reg.Register(registration.EventType, process.HandlerFunc(registration.Handle))
+	routes := registration.Wire(cfg, reg)
+	if err := registration.Migrate(context.Background(), db.Pool); err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, reg, log)
+	svc, err := service.New(ctx, cfg, reg, log, service.Options{Routes: routes})
 	if err != nil {
 		t.Fatalf("starting inboxd: %v", err)
 	}

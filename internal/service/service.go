@@ -54,7 +54,7 @@ type Service struct {
 	cockroach bool
 	// ownsPool: New opened the pool, so Run closes it; NewWithPool's caller owns it.
 	ownsPool bool
-	noDemo   bool
+	routes   []api.Extension
 }
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
@@ -65,13 +65,29 @@ var ErrShutdownTimeout = errors.New("shutdown did not finish within the shutdown
 
 // New connects to the database, applies migrations, and prepares the parts. reg holds
 // the event handlers. The pool it opens is closed when Run returns.
-func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *slog.Logger) (*Service, error) {
+func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *slog.Logger, opts Options) (*Service, error) {
+	pool, err := OpenPool(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewWithPool(ctx, pool, cfg, reg, log, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsPool = true
+	return s, nil
+}
+
+// OpenPool connects a pool large enough for every part (see MinConns) and applies
+// inboxd's migrations. The caller closes the pool.
+func OpenPool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
 	pcfg, err := cfg.PoolConfig()
 	if err != nil {
 		return nil, err
 	}
 	// Processing workers, the subscriber, the sweeper and the API share the pool.
-	if min := minConns(cfg); pcfg.MaxConns < min {
+	if min := MinConns(cfg); pcfg.MaxConns < min {
 		pcfg.MaxConns = min
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -86,13 +102,7 @@ func New(ctx context.Context, cfg *config.Config, reg *process.Registry, log *sl
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
-	s, err := NewWithPool(ctx, pool, cfg, reg, log, Options{})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	s.ownsPool = true
-	return s, nil
+	return pool, nil
 }
 
 // Options are what a program embedding inboxd brings of its own.
@@ -100,8 +110,8 @@ type Options struct {
 	// Registerer, when not nil, gets inboxd's collectors too (the API's /metrics keeps
 	// serving them from inboxd's own registry).
 	Registerer prometheus.Registerer
-	// NoDemo leaves the demo's /registration routes out of the API.
-	NoDemo bool
+	// Routes are added to the REST API, e.g. the demo's /registration; none by default.
+	Routes []api.Extension
 }
 
 // NewWithPool prepares the parts over a pool the caller owns: it neither migrates (the
@@ -114,7 +124,7 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, re
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	if max, min := pool.Config().MaxConns, minConns(cfg); max < min {
+	if max, min := pool.Config().MaxConns, MinConns(cfg); max < min {
 		// Not fatal: parts wait for a connection, and throughput suffers.
 		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections",
 			"max_conns", max, "want_at_least", min)
@@ -131,11 +141,11 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, re
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, noDemo: opts.NoDemo}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, routes: opts.Routes}, nil
 }
 
-// minConns is how many connections the parts may hold at once.
-func minConns(cfg *config.Config) int32 {
+// MinConns is how many connections the parts may hold at once.
+func MinConns(cfg *config.Config) int32 {
 	return int32(cfg.Concurrency + 2*len(cfg.Destinations) + 6) // +2: push LISTEN and NOTIFY
 }
 
@@ -304,7 +314,7 @@ func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, su
 		return nil, nil
 	}
 	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(), NoDemo: s.noDemo,
+		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(), Extensions: s.routes,
 		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},

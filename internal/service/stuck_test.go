@@ -58,7 +58,7 @@ func runService(t *testing.T, cfg *config.Config, reg *process.Registry) (stop f
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, reg, log)
+	svc, err := service.New(ctx, cfg, reg, log, service.Options{})
 	if err != nil {
 		t.Fatalf("starting inboxd: %v", err)
 	}

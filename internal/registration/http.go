@@ -1,9 +1,10 @@
-package api
+package registration
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -13,20 +14,58 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/message"
-	demo "github.com/inboxd/inboxd/internal/registration"
+	"github.com/inboxd/inboxd/internal/process"
 )
 
-// HeaderContentType is passed to the Publisher, which sets the frame's content type from it.
-const HeaderContentType = "content-type"
+//go:embed openapi.json
+var openAPI []byte
 
-// EventTypeRegistration is the event type POST /registration publishes.
-const EventTypeRegistration = "registration"
+// Routes is the demo's part of the REST API: GET /registration/form, a valid sample,
+// and POST /registration (and /registration/, as the reference tutorial writes it),
+// which publishes the registration to the API's destination once it passes the
+// handler's own rules. The core API knows none of it; the command line adds it with
+// -demo.
+func Routes() api.Extension {
+	return api.Extension{
+		Name: "registration",
+		Links: api.Links{
+			"registration-form":   {Href: "/registration/form", Title: "a sample registration; POST it back to /registration"},
+			"registration":        {Href: "/registration", Title: "POST a registration (JSON)"},
+			"registration-events": {Href: api.EventsPath(EventType)},
+		},
+		OpenAPI: openAPI,
+		Mount: func(m api.Mount) {
+			r := routes{m}
+			m.GET("/registration/form", r.form)
+			m.GET("/registration", r.index)
+			m.POST("/registration", r.post)
+			// The reference tutorial posts to /registration/, with the slash.
+			m.POST("/registration/", r.post)
+		},
+	}
+}
 
-// registration is the demo event. The field names are those of the registration
+type routes struct{ api.Mount }
+
+// index is GET /registration: how to register, rather than a bare 405.
+func (routes) index(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{
+		"description": "POST a registration as JSON here; GET the form for a valid sample",
+		"_links": api.Links{
+			"self":   {Href: "/registration"},
+			"form":   {Href: "/registration/form"},
+			"events": {Href: api.EventsPath(EventType)},
+		},
+	})
+}
+
+// request is the body of POST /registration. The field names are those of the registration
 // handler's Registration struct; AggregateID is added by the API so that one customer's
 // events are processed in order.
-type registration struct {
+type request struct {
 	ID           string `json:"id,omitempty"`
 	Name         string `json:"name"`
 	Email        string `json:"email"`
@@ -45,7 +84,7 @@ func aggregateID(jurisdiction, email string) string {
 // per bad field. The rules are registration.Check itself, and the payload is then run
 // through registration.Parse, what the handler calls: the API accepts exactly what the
 // handler will.
-func (r *registration) validate(newID func() string) map[string]string {
+func (r *request) validate(newID func() string) map[string]string {
 	problems := map[string]string{}
 	if r.ID == "" {
 		r.ID = newID()
@@ -55,7 +94,7 @@ func (r *registration) validate(newID func() string) map[string]string {
 		problems["id"] = "must be a UUID, or absent for the server to assign one"
 	}
 
-	reg := demo.Registration{Name: r.Name, Email: r.Email, Jurisdiction: r.Jurisdiction}
+	reg := Registration{Name: r.Name, Email: r.Email, Jurisdiction: r.Jurisdiction}
 	r.CreatedAt = strings.TrimSpace(r.CreatedAt)
 	badTime := false
 	if r.CreatedAt != "" {
@@ -87,7 +126,7 @@ func (r *registration) validate(newID func() string) map[string]string {
 	if len(problems) == 0 {
 		// Belt and braces: the exact function the handler runs.
 		payload, _ := json.Marshal(r)
-		if _, err := demo.Parse(payload); err != nil {
+		if _, err := Parse(payload); err != nil {
 			problems["registration"] = err.Error()
 		}
 	}
@@ -101,9 +140,9 @@ func randomHex(n int) string {
 }
 
 // registrationForm returns a valid sample registration with fresh values, to POST back as is.
-func (s *Server) registrationForm(c echo.Context) error {
+func (routes) form(c echo.Context) error {
 	suffix := randomHex(4)
-	return c.JSON(http.StatusOK, registration{
+	return c.JSON(http.StatusOK, request{
 		Name:         "Test Customer " + suffix,
 		Email:        "customer-" + suffix + "@example.com",
 		Jurisdiction: "mga",
@@ -119,44 +158,58 @@ type acceptedResponse struct {
 
 // postRegistration validates a registration and publishes it as a persistent message,
 // answering 202 only once the broker has confirmed it.
-func (s *Server) postRegistration(c echo.Context) error {
-	body, err := readBody(c)
+func (m routes) post(c echo.Context) error {
+	body, err := api.ReadBody(c)
 	if err != nil {
 		return err // BodyLimit's 413, or the client went away
 	}
-	var r registration
+	var r request
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return badRequest("invalid JSON body", jsonProblem(err))
+		return api.BadRequest("invalid JSON body", api.JSONProblem(err))
 	}
 	if dec.More() {
-		return badRequest("invalid JSON body", "trailing data after the JSON object")
+		return api.BadRequest("invalid JSON body", "trailing data after the JSON object")
 	}
 	if problems := r.validate(message.NewID); len(problems) > 0 {
-		return badRequest("invalid registration", problems)
+		return api.BadRequest("invalid registration", problems)
 	}
 	payload, err := json.Marshal(r)
 	if err != nil {
-		return internal("encoding registration", err)
+		return api.Internal("encoding registration", err)
 	}
 	headers := map[string]string{
-		HeaderContentType:         echo.MIMEApplicationJSON,
-		message.HeaderEventType:   EventTypeRegistration,
+		api.HeaderContentType:     echo.MIMEApplicationJSON,
+		message.HeaderEventType:   EventType,
 		message.HeaderAggregateID: r.AggregateID,
 		// ActiveMQ message groups: with competing consumers on the queue, one customer's
 		// events still go to one consumer, in order.
 		"JMSXGroupID": r.AggregateID,
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.PublishTimeout)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), m.PublishTimeout)
 	defer cancel()
-	if err := s.cfg.Publisher.Publish(ctx, s.cfg.Destination, payload, headers); err != nil {
-		s.log.Warn("publishing registration failed", "err", err, "id", r.ID, "destination", s.cfg.Destination, "request_id", requestID(c))
-		return unavailable("broker unavailable", map[string]string{
+	if err := m.Publisher.Publish(ctx, m.Destination, payload, headers); err != nil {
+		m.Log.Warn("publishing registration failed", "err", err, "id", r.ID, "destination", m.Destination, "request_id", api.RequestID(c))
+		return api.Unavailable("broker unavailable", map[string]string{
 			"id":   r.ID,
 			"hint": "the broker did not confirm the message; retry with this id, duplicates are dropped",
 		}, nil)
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/journal/"+r.ID)
 	return c.JSON(http.StatusAccepted, acceptedResponse{ID: r.ID, Status: "accepted"})
+}
+
+// Wire adds the demo to an inboxd about to serve, as the command line's -demo does: its
+// handler in reg (unless reg has one for EventType), EventType as the type of messages
+// that name none (unless cfg names one), and its API routes, returned. The caller runs
+// Migrate too.
+func Wire(cfg *config.Config, reg *process.Registry) []api.Extension {
+	if _, ok := reg.Lookup(EventType); !ok {
+		reg.Register(EventType, Handler)
+	}
+	if cfg.DefaultEventType == "" {
+		cfg.DefaultEventType = EventType
+	}
+	return []api.Extension{Routes()}
 }
