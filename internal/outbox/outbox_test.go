@@ -12,7 +12,10 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -576,4 +579,40 @@ func TestRelayThroughput(t *testing.T) {
 		return d == n
 	})
 	t.Logf("relay: %d rows sent in %s: %.0f msg/s (persistent, receipt per message, 4 connections)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+}
+
+// A pass that drains the outbox refreshes the gauges at once: they read 0 unsent right
+// after, not a poll interval later (the demo read a stale 1 next to a stats 0).
+func TestGaugesShowDrainedOutbox(t *testing.T) {
+	db := testenv.NewDB(t)
+	addr := testenv.Broker(t)
+	dest := testenv.Queue(t)
+	consume(t, addr, dest)
+	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	t.Cleanup(func() { _ = pub.Close() })
+	m := metrics.New()
+	r := NewRelay(db.Pool, pub, Config{PollInterval: time.Hour, NoListen: true}, m, nil)
+	emit(t, db.Pool, dest, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.refreshGauges(ctx, false) // reads 3, and throttles the next read for an hour
+	if got := gauge(t, m.OutboxUnsent); got != 3 {
+		t.Fatalf("unsent gauge = %v before the relay runs, want 3", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	testenv.Eventually(t, 20*time.Second, "the unsent gauge at 0", func() bool { return gauge(t, m.OutboxUnsent) == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gauge(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := g.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetGauge().GetValue()
 }

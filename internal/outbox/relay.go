@@ -131,7 +131,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	out := logx.Outage{Log: r.log, What: "outbox relay", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
 		n, err := r.RelayOnce(ctx)
-		r.refreshGauges(ctx)
+		// A pass that drained the backlog refreshes the gauges at once, so that they show
+		// the outcome (an empty outbox) rather than the depth a second ago.
+		r.refreshGauges(ctx, err == nil && n > 0 && n < r.cfg.BatchSize)
 		if time.Since(lastCleanup) >= r.cfg.CleanupInterval {
 			lastCleanup = time.Now()
 			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
@@ -413,11 +415,12 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// refreshGauges updates the depth and age gauges, at most once per poll interval.
-func (r *Relay) refreshGauges(ctx context.Context) {
+// refreshGauges updates the depth and age gauges, at most once per poll interval
+// unless forced.
+func (r *Relay) refreshGauges(ctx context.Context, force bool) {
 	r.statsMu.Lock()
 	defer r.statsMu.Unlock()
-	if time.Since(r.statsRead) < r.cfg.PollInterval {
+	if !force && time.Since(r.statsRead) < r.cfg.PollInterval {
 		return
 	}
 	r.statsRead = time.Now()
