@@ -7,12 +7,16 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -55,8 +59,49 @@ func Migrations() ([]Migration, error) {
 }
 
 // Migrate applies every migration not yet recorded in schema_migrations and returns
-// the names of those it applied.
+// the names of those it applied. Processes that start together may call it together:
+// PostgreSQL's IF NOT EXISTS is not atomic against another session creating the same
+// object, so a pass that collides with another one is run again (every statement is
+// idempotent), a few times at most.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	var all []string
+	for attempt := 1; ; attempt++ {
+		done, err := migrateOnce(ctx, pool)
+		all = append(all, done...)
+		if err == nil || attempt == collisionAttempts || !collided(err) {
+			return all, err
+		}
+		// Jittered, so that the colliding processes fall out of step.
+		t := time.NewTimer(time.Duration(attempt) * time.Duration(10+rand.IntN(40)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return all, err
+		case <-t.C:
+		}
+	}
+}
+
+// collisionAttempts bounds Migrate's passes when migrations collide.
+const collisionAttempts = 10
+
+// collided reports whether err is another session creating the same object at the same
+// moment: a unique violation in a catalog, a duplicate object, or (CockroachDB) a
+// retryable conflict.
+func collided(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "23505", "42P07", "42P06", "42710", "42723", "40001":
+		return true
+	}
+	return false
+}
+
+// migrateOnce is one pass over the migrations not yet recorded.
+func migrateOnce(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	migrations, err := Migrations()
 	if err != nil {
 		return nil, err

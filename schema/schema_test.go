@@ -2,8 +2,11 @@ package schema_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/schema"
@@ -47,5 +50,48 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	applied, err := schema.Migrate(context.Background(), db.Pool)
 	if err != nil || len(applied) != len(ms) {
 		t.Fatalf("re-applying all migrations: %v (applied %v)", err, applied)
+	}
+}
+
+// Replicas that start together migrate together: every concurrent Migrate on a fresh
+// database succeeds (PostgreSQL's IF NOT EXISTS is not atomic against another session
+// creating the same object), and the schema ends up whole.
+func TestConcurrentMigrate(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	for round := range 3 {
+		// A fresh, empty schema first in the search path stands in for a fresh database.
+		fresh := fmt.Sprintf("fresh%d", round)
+		if _, err := db.Pool.Exec(ctx, "CREATE SCHEMA "+fresh); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = fresh
+		cfg.MaxConns = 8
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				_, err := schema.Migrate(ctx, pool)
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: concurrent Migrate: %v", round, err)
+			}
+		}
+		ms, _ := schema.Migrations()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(ms) {
+			t.Errorf("round %d: %d migrations recorded (%v), want %d", round, n, err, len(ms))
+		}
 	}
 }

@@ -30,7 +30,7 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/feed/Cancel":         one("CancelJobSQL", feed.CancelJobSQL(1234)),
 	"internal/feed/EnableTTL":      feedBuildTTL,
 	"internal/feed/ApplyRetention": feedTTL,
-	"schema/Migrate":               nil, // the migrations, checked as their own group
+	"schema/migrateOnce":           nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
