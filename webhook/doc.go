@@ -2,9 +2,10 @@
 // journal rows it names to the processing engine.
 //
 // It owns the changefeed envelope types (Batch, WrappedRow, CRDBMeta, ResolvedMessage),
-// their decoder (Decode), the Echo handler (Handler) and the resolved-timestamp
-// watermark (StoreWatermark, ReadWatermark). Package webhook/sinktest is a client that
-// behaves like the sink, for tests.
+// their decoders (Decode, and DecodeStream, which hands rows over one at a time), the
+// Echo handler (Handler) and the resolved-timestamp watermark (StoreWatermark,
+// ReadWatermark). Package webhook/sinktest is a client that behaves like the sink, for
+// tests.
 //
 // Wiring:
 //
@@ -16,7 +17,7 @@
 // nothing outside this module can call it, on purpose: a program embedding inboxd gets
 // the webhook served by inboxd.Client (Config.WebhookAddr, on by default, off with
 // DisableWebhook), with its TLS, token and outbox route wired as the command line does.
-// Only the envelope types, Decode and ParseHLC are meant for outside use, by tools that
-// read a changefeed's payloads. The package stays at this path to keep merges easy; it
-// belongs under internal/ and may move there.
+// Only the envelope types, Decode, DecodeStream and ParseHLC are meant for outside
+// use, by tools that read a changefeed's payloads. The package stays at this path to
+// keep merges easy; it belongs under internal/ and may move there.
 package webhook

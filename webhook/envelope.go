@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -148,169 +149,193 @@ var ErrMalformed = errors.New("malformed changefeed message")
 // Decode parses a webhook body: a batch of rows in the wrapped or the bare envelope,
 // or a resolved message in either. The error (wrapping ErrMalformed) is for a body
 // that is none of these; a batch with unusable rows is valid, with Row.Err set on them.
+// It holds every row at once; DecodeStream does not.
 func Decode(body []byte) (Message, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return Message{}, fmt.Errorf("%w: body is not a JSON object: %v", ErrMalformed, err)
+	var m Message
+	resolved, err := DecodeStream(bytes.NewReader(body), func(r Row) { m.Rows = append(m.Rows, r) })
+	if err != nil {
+		return Message{}, err
 	}
-	if top == nil {
-		return Message{}, fmt.Errorf("%w: body is JSON null", ErrMalformed)
+	m.Resolved = resolved
+	return m, nil
+}
+
+// DecodeStream is Decode reading the body from r and handing each row of a batch to
+// row as soon as it is decoded, so that memory does not grow with the number of rows.
+// It returns the resolved timestamp of a resolved message, zero for a batch.
+//
+// Rows are handed over before the rest of the body is read: act on them only once
+// DecodeStream has returned nil, as a body malformed after its rows is refused whole.
+// An error reading r is returned wrapped (errors.Is and errors.As reach it), not as
+// ErrMalformed. Unlike encoding/json, a body naming "payload" twice is refused rather
+// than decoded as its last one, whose rows would be known only at the end.
+func DecodeStream(r io.Reader, row func(Row)) (HLC, error) {
+	return decodeStream(r, row, &rowDecoder{})
+}
+
+// errReader remembers the first error of r other than io.EOF, to tell a failed read
+// from a malformed body.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
 	}
-	if raw, ok := top["payload"]; ok {
-		var b Batch
-		if err := json.Unmarshal(raw, &b.Payload); err != nil || isNull(raw) {
-			return Message{}, fmt.Errorf("%w: \"payload\" is not an array", ErrMalformed)
+	return n, err
+}
+
+func decodeStream(r io.Reader, row func(Row), rd *rowDecoder) (HLC, error) {
+	er := &errReader{r: r}
+	h, err := decodeBody(json.NewDecoder(er), row, rd)
+	if err != nil && er.err != nil {
+		return HLC{}, fmt.Errorf("reading body: %w", er.err)
+	}
+	return h, err
+}
+
+// decodeBody reads the top-level object member by member, the payload array element
+// by element. It decodes what the former json.Unmarshal into a map decoded: exact
+// names, "payload" first whatever the order, the last of other duplicate names.
+func decodeBody(dec *json.Decoder, row func(Row), rd *rowDecoder) (HLC, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return HLC{}, notJSON(err)
+	}
+	if tok == nil {
+		return HLC{}, fmt.Errorf("%w: body is JSON null", ErrMalformed)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return HLC{}, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
+	}
+	var (
+		inBatch                bool
+		rows                   int
+		length                 int
+		hasLength, hasResolved bool
+		lengthErr, resolvedErr error
+		resolved               string
+		meta                   CRDBMeta
+		hasMeta                bool
+		metaErr                error
+		raw, skip              json.RawMessage // reused: one row, one skipped value
+	)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return HLC{}, notJSON(err)
 		}
-		if rawLen, ok := top["length"]; ok {
-			if err := json.Unmarshal(rawLen, &b.Length); err != nil {
-				return Message{}, fmt.Errorf("%w: \"length\" is not an integer", ErrMalformed)
+		name, _ := tok.(string)
+		switch name {
+		case "payload":
+			if inBatch {
+				return HLC{}, fmt.Errorf("%w: \"payload\" appears twice", ErrMalformed)
 			}
-			if b.Length != len(b.Payload) {
-				return Message{}, fmt.Errorf("%w: \"length\" is %d but \"payload\" has %d messages", ErrMalformed, b.Length, len(b.Payload))
+			inBatch = true
+			tok, err := dec.Token()
+			if err != nil {
+				return HLC{}, notJSON(err)
+			}
+			if d, ok := tok.(json.Delim); !ok || d != '[' {
+				return HLC{}, fmt.Errorf("%w: \"payload\" is not an array", ErrMalformed)
+			}
+			for dec.More() {
+				if err := dec.Decode(&raw); err != nil {
+					return HLC{}, notJSON(err)
+				}
+				row(rd.decode(raw))
+				rows++
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return HLC{}, notJSON(err)
+			}
+		case "length":
+			hasLength, length = true, 0
+			if lengthErr, err = decodeValue(dec, &length); err != nil {
+				return HLC{}, err
+			}
+		case "resolved":
+			hasResolved, resolved = true, ""
+			if resolvedErr, err = decodeValue(dec, &resolved); err != nil {
+				return HLC{}, err
+			}
+		case crdbField:
+			hasMeta, meta = true, CRDBMeta{}
+			if metaErr, err = decodeValue(dec, &meta); err != nil {
+				return HLC{}, err
+			}
+		default:
+			if err := dec.Decode(&skip); err != nil {
+				return HLC{}, notJSON(err)
 			}
 		}
-		m := Message{Rows: make([]Row, len(b.Payload))}
-		for i, raw := range b.Payload {
-			m.Rows[i] = decodeRow(raw)
-		}
-		return m, nil
 	}
-	resolved := ""
-	if raw, ok := top["resolved"]; ok {
-		if err := json.Unmarshal(raw, &resolved); err != nil {
-			return Message{}, fmt.Errorf("%w: \"resolved\" is not a string", ErrMalformed)
+	if _, err := dec.Token(); err != nil { // }
+		return HLC{}, notJSON(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("more JSON after the object")
 		}
-	} else if raw, ok := top[crdbField]; ok {
-		var meta CRDBMeta
-		if err := json.Unmarshal(raw, &meta); err != nil || meta.Resolved == "" {
-			return Message{}, fmt.Errorf("%w: a bare message outside a batch must be {\"__crdb__\":{\"resolved\":...}}", ErrMalformed)
+		return HLC{}, notJSON(err)
+	}
+	if inBatch {
+		if hasLength {
+			if lengthErr != nil {
+				return HLC{}, fmt.Errorf("%w: \"length\" is not an integer", ErrMalformed)
+			}
+			if length != rows {
+				return HLC{}, fmt.Errorf("%w: \"length\" is %d but \"payload\" has %d messages", ErrMalformed, length, rows)
+			}
+		}
+		return HLC{}, nil
+	}
+	switch {
+	case hasResolved:
+		if resolvedErr != nil {
+			return HLC{}, fmt.Errorf("%w: \"resolved\" is not a string", ErrMalformed)
+		}
+	case hasMeta:
+		if metaErr != nil || meta.Resolved == "" {
+			return HLC{}, fmt.Errorf("%w: a bare message outside a batch must be {\"__crdb__\":{\"resolved\":...}}", ErrMalformed)
 		}
 		resolved = meta.Resolved
-	} else {
-		return Message{}, fmt.Errorf("%w: neither a batch (\"payload\") nor a resolved message", ErrMalformed)
+	default:
+		return HLC{}, fmt.Errorf("%w: neither a batch (\"payload\") nor a resolved message", ErrMalformed)
 	}
 	h, err := ParseHLC(resolved)
 	if err != nil {
-		return Message{}, fmt.Errorf("%w: resolved: %v", ErrMalformed, err)
+		return HLC{}, fmt.Errorf("%w: resolved: %v", ErrMalformed, err)
 	}
 	if h.IsZero() {
-		return Message{}, fmt.Errorf("%w: resolved timestamp is zero", ErrMalformed)
+		return HLC{}, fmt.Errorf("%w: resolved timestamp is zero", ErrMalformed)
 	}
-	return Message{Resolved: h}, nil
+	return h, nil
 }
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
-// Poison-row errors without details are shared, so that a batch of a million of them
-// allocates none.
-var (
-	errRowNotObject   = errors.New("message is not a JSON object")
-	errRowNoEnvelope  = fmt.Errorf("message has neither \"after\" nor %q", crdbField)
-	errAfterNotObject = errors.New("\"after\" is not a JSON object")
-)
-
-func decodeRow(raw json.RawMessage) Row {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return Row{Err: errRowNotObject}
+// decodeValue decodes the next value into v. A value of the wrong type is typeErr, to
+// report only if the value turns out to matter; err is for a body that is not JSON.
+func decodeValue(dec *json.Decoder, v any) (typeErr, err error) {
+	err = dec.Decode(v)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return err, nil
 	}
-	var r Row
-	var after json.RawMessage
-	if a, ok := fields["after"]; ok {
-		var w WrappedRow
-		if err := json.Unmarshal(raw, &w); err != nil {
-			return Row{Err: fmt.Errorf("wrapped message: %v", err)}
-		}
-		r.Key, r.Topic, r.Updated = w.Key, w.Topic, w.Updated
-		if isNull(a) {
-			r.Deleted = true
-			return r
-		}
-		after = a
-	} else if metaRaw, ok := fields[crdbField]; ok {
-		var meta CRDBMeta
-		if err := json.Unmarshal(metaRaw, &meta); err != nil {
-			return Row{Err: fmt.Errorf("bare message: %q: %v", crdbField, err)}
-		}
-		r.Key, r.Topic, r.Updated = meta.Key, meta.Topic, meta.Updated
-		delete(fields, crdbField)
-		jr, err := journalRow(fields, r.Key)
-		if err != nil {
-			r.Err = err
-			return r
-		}
-		r.Journal = jr
-		return r
-	} else {
-		return Row{Err: errRowNoEnvelope}
-	}
-	var cols map[string]json.RawMessage
-	if err := json.Unmarshal(after, &cols); err != nil || cols == nil {
-		r.Err = errAfterNotObject
-		return r
-	}
-	jr, err := journalRow(cols, r.Key)
 	if err != nil {
-		r.Err = err
-		return r
+		return nil, notJSON(err)
 	}
-	r.Journal = jr
-	return r
+	return nil, nil
 }
 
-// journalRow reads the journal columns out of a row's JSON. The id comes from the "id"
-// column, else from the key (["<id>"]) when a CDC query did not project it.
-func journalRow(cols map[string]json.RawMessage, key json.RawMessage) (*JournalRow, error) {
-	var jr JournalRow
-	var id string
-	if _, ok := cols["id"]; !ok {
-		var k []string
-		if json.Unmarshal(key, &k) != nil || len(k) != 1 {
-			return nil, errors.New("no \"id\" column and no [\"<id>\"] key")
-		}
-		id = k[0]
-	} else if err := unmarshalField(cols, "id", &id); err != nil {
-		return nil, err
+// notJSON is the error for a body that is not (complete) JSON.
+func notJSON(err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
 	}
-	canon, ok := message.CanonicalUUID(id)
-	if !ok {
-		return nil, fmt.Errorf("column \"id\" is %q, not a UUID", message.Truncate(id, 48))
-	}
-	jr.ID = canon
-	for name, dst := range map[string]*string{"status": &jr.Status, "event_type": &jr.EventType, "aggregate_id": &jr.AggregateID} {
-		if _, ok := cols[name]; ok {
-			if err := unmarshalField(cols, name, dst); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if raw, ok := cols["sequence_no"]; ok && !isNull(raw) {
-		// INT8 is a JSON number; accept a string too, as some encoders quote 64-bit ints.
-		s := strings.Trim(string(bytes.TrimSpace(raw)), `"`)
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("column \"sequence_no\" is %s, not an integer", message.Truncate(string(raw), 32))
-		}
-		jr.SequenceNo = n
-	}
-	if raw, ok := cols["next_attempt_at"]; ok && !isNull(raw) {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			jr.NextAttemptAt = parseTimestamp(s)
-		}
-	}
-	return &jr, nil
-}
-
-func unmarshalField(cols map[string]json.RawMessage, name string, dst *string) error {
-	raw, ok := cols[name]
-	if !ok {
-		return fmt.Errorf("column %q is missing", name)
-	}
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return fmt.Errorf("column %q is %s, not a string", name, message.Truncate(string(raw), 32))
-	}
-	return nil
+	return fmt.Errorf("%w: body is not a JSON object: %v", ErrMalformed, err)
 }
 
 // parseTimestamp reads a TIMESTAMPTZ as PostgreSQL's and CockroachDB's JSON render it;

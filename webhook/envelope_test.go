@@ -99,6 +99,47 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// failingReader yields its text, then err.
+type failingReader struct {
+	text string
+	err  error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.text == "" {
+		return 0, f.err
+	}
+	n := copy(p, f.text)
+	f.text = f.text[n:]
+	return n, nil
+}
+
+// DecodeStream hands rows over as it reads them; a failed read is reported as such,
+// not as a malformed body.
+func TestDecodeStream(t *testing.T) {
+	batch := `{"payload":[{"after":null},7,{"after":{"id":"` + id1 + `"}}],"length":3}`
+	var rows []webhook.Row
+	h, err := webhook.DecodeStream(strings.NewReader(batch), func(r webhook.Row) { rows = append(rows, r) })
+	if err != nil || !h.IsZero() || len(rows) != 3 || !rows[0].Deleted || rows[1].Err == nil || rows[2].Journal == nil || rows[2].Journal.ID != id1 {
+		t.Fatalf("DecodeStream = %v, %v, rows %+v", h, err, rows)
+	}
+
+	cut := errors.New("connection reset")
+	rows = nil
+	_, err = webhook.DecodeStream(&failingReader{text: batch[:40], err: cut}, func(r webhook.Row) { rows = append(rows, r) })
+	if !errors.Is(err, cut) || errors.Is(err, webhook.ErrMalformed) {
+		t.Errorf("err = %v, want the read error, not ErrMalformed", err)
+	}
+	if len(rows) != 2 { // the delete and the 7, which the failed read cut off from the third
+		t.Errorf("%d rows handed over before the read failed, want 2", len(rows))
+	}
+
+	h, err = webhook.DecodeStream(strings.NewReader(`{"resolved":"1629813621680097993.0000000002"}`), func(webhook.Row) { t.Error("row from a resolved message") })
+	if err != nil || h.String() != "1629813621680097993.0000000002" {
+		t.Errorf("resolved = %v, %v", h, err)
+	}
+}
+
 func TestParseHLC(t *testing.T) {
 	for _, tt := range []struct {
 		in   string

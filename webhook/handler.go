@@ -50,7 +50,21 @@ type Config struct {
 	// MaxResolvedAhead bounds how far past this machine's clock a resolved timestamp may
 	// lie; a later one is ignored and counted, never stored. Default DefaultMaxResolvedAhead.
 	MaxResolvedAhead time.Duration
+	// MaxPendingRows bounds the pending rows of one batch that the handler processes
+	// itself; the rest are counted as over_limit, answered 2xx like poison rows and left
+	// to the sweeper. Default DefaultMaxPendingRows.
+	MaxPendingRows int
 }
+
+// DefaultMaxPendingRows: a feed made by "inboxd changefeed create" flushes batches of
+// at most feed.DefaultFlushMessages rows, so this leaves room for feeds flushing a
+// hundred times more. Without a bound, one body at the cap made of minimal rows ({"after":
+// {"id":"<uuid>"}}, 50 bytes) names 190,000 entries, which the handler and the engine
+// would each keep in memory at once. Over the bound, refusing the batch is no answer:
+// the sink retries every non-2xx answer forever
+// (https://www.cockroachlabs.com/docs/stable/changefeed-sinks#webhook-sink), so the rows
+// over it go to the sweeper, which takes RECEIVED entries older than its grace period.
+const DefaultMaxPendingRows = 100 * feed.DefaultFlushMessages
 
 // DefaultMaxResolvedAhead: a resolved timestamp is a closed timestamp, which trails the
 // cluster's clock; CockroachDB nodes run within --max-offset (500ms by default) of each
@@ -77,6 +91,11 @@ const DefaultMaxResolvedAhead = 10 * time.Minute
 // TTL), terminal statuses, and FAILED rows whose next attempt is still in the future
 // (the sweeper retries those when due) are counted as ignored. What remains costs one
 // short transaction per row, which finds nothing to do for a replay.
+//
+// Memory: the body is decoded as it is read and only the pending items are kept, at
+// most Config.MaxPendingRows of them (the rest, counted as over_limit, go to the
+// sweeper), so a body at the cap made of millions of tiny rows costs no more than a
+// realistic batch.
 type Handler struct {
 	cfg  Config
 	proc Processor
@@ -101,6 +120,9 @@ func New(cfg Config, proc Processor, db journal.DB, m *metrics.Metrics, log *slo
 	}
 	if cfg.MaxResolvedAhead <= 0 {
 		cfg.MaxResolvedAhead = DefaultMaxResolvedAhead
+	}
+	if cfg.MaxPendingRows <= 0 {
+		cfg.MaxPendingRows = DefaultMaxPendingRows
 	}
 	if m == nil {
 		m = metrics.New()
@@ -141,43 +163,46 @@ func (h *Handler) Handle(c echo.Context) error {
 		h.m.WebhookBatches.WithLabelValues("too_large").Inc()
 		return c.JSON(http.StatusRequestEntityTooLarge, errorBody{"body exceeds the size limit"})
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, h.cfg.MaxBodyBytes))
+	// Decoded as it is read, row by row: read whole with every row decoded before any
+	// was looked at, a body at the cap of {} rows allocated 1.5 GB.
+	body := &countingReader{r: http.MaxBytesReader(c.Response(), req.Body, h.cfg.MaxBodyBytes)}
+	b := h.newBatch()
+	resolved, err := decodeStream(body, b.add, &rowDecoder{brief: true})
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			h.m.WebhookBatches.WithLabelValues("too_large").Inc()
 			return c.JSON(http.StatusRequestEntityTooLarge, errorBody{"body exceeds the size limit"})
+		case !errors.Is(err, ErrMalformed):
+			h.m.WebhookBatches.WithLabelValues("bad_request").Inc()
+			return c.JSON(http.StatusBadRequest, errorBody{err.Error()})
 		}
 		h.m.WebhookBatches.WithLabelValues("bad_request").Inc()
-		return c.JSON(http.StatusBadRequest, errorBody{"reading body: " + err.Error()})
-	}
-	msg, err := Decode(body)
-	if err != nil {
-		h.m.WebhookBatches.WithLabelValues("bad_request").Inc()
 		if ok, dropped := h.warn.Allow("malformed"); ok {
-			h.log.Warn("malformed webhook body", "error", err, "bytes", len(body), "similar_not_logged", dropped)
+			h.log.Warn("malformed webhook body", "error", err, "bytes_read", body.n, "similar_not_logged", dropped)
 		}
 		return c.JSON(http.StatusBadRequest, errorBody{err.Error()})
 	}
 	ctx := req.Context()
-	if !msg.Resolved.IsZero() && msg.Resolved.Time().After(time.Now().Add(h.cfg.MaxResolvedAhead)) {
+	if !resolved.IsZero() && resolved.Time().After(time.Now().Add(h.cfg.MaxResolvedAhead)) {
 		// Stored, it would stay for good (the watermark only moves forward); refused
 		// with a 4xx, the sink would retry it forever and block the feed.
 		h.m.WebhookBatches.WithLabelValues("resolved_ignored").Inc()
 		if ok, dropped := h.warn.Allow("resolved"); ok {
-			h.log.Warn("ignored a resolved timestamp implausibly far in the future", "resolved", msg.Resolved.String(),
+			h.log.Warn("ignored a resolved timestamp implausibly far in the future", "resolved", resolved.String(),
 				"max_ahead", h.cfg.MaxResolvedAhead, "similar_not_logged", dropped)
 		}
 		return c.JSON(http.StatusOK, map[string]string{"ignored": "resolved timestamp too far in the future"})
 	}
-	if !msg.Resolved.IsZero() {
-		if err := h.resolved(ctx, msg.Resolved); err != nil {
+	if !resolved.IsZero() {
+		if err := h.resolved(ctx, resolved); err != nil {
 			return h.failed(c, err)
 		}
 		h.m.WebhookBatches.WithLabelValues("ok").Inc()
-		return c.JSON(http.StatusOK, map[string]string{"resolved": msg.Resolved.String()})
+		return c.JSON(http.StatusOK, map[string]string{"resolved": resolved.String()})
 	}
-	counts, err := h.rows(ctx, msg.Rows)
+	counts, err := h.process(ctx, b)
 	if err != nil {
 		return h.failed(c, err)
 	}
@@ -206,33 +231,73 @@ func (h *Handler) failed(c echo.Context, err error) error {
 	return c.JSON(http.StatusServiceUnavailable, errorBody{"outcome not recorded, retry"})
 }
 
-// rows filters the batch down to pending work and processes it. It returns counts by
-// disposition.
-func (h *Handler) rows(ctx context.Context, rows []Row) (map[string]int, error) {
+// countingReader counts the bytes read, for the log.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// batch is what the handler keeps of a batch while it is read: the pending items,
+// counts by disposition and the first poison row's error, nothing per row that is not
+// work.
+type batch struct {
+	now        time.Time
+	maxPending int
+	rows       int
+	poison     int
+	ignored    int
+	overLimit  int
+	items      []process.Item
+	seen       map[string]struct{}
+	firstErr   error
+}
+
+func (h *Handler) newBatch() *batch {
+	return &batch{now: time.Now(), maxPending: h.cfg.MaxPendingRows, seen: map[string]struct{}{}}
+}
+
+// add files one row: it filters the batch down to pending work.
+func (b *batch) add(r Row) {
+	b.rows++
+	switch {
+	case r.Err != nil:
+		b.poison++
+		if b.firstErr == nil {
+			b.firstErr = r.Err
+		}
+	case r.Deleted, !r.Journal.pending():
+		b.ignored++
+	case r.Journal.Status == journal.StatusFailed && r.Journal.NextAttemptAt.After(b.now):
+		b.ignored++ // its own failure, coming back through the feed
+	default:
+		if _, dup := b.seen[r.Journal.ID]; dup {
+			b.ignored++ // one batch can hold several versions of a row
+			return
+		}
+		if len(b.items) >= b.maxPending {
+			b.overLimit++
+			return
+		}
+		b.seen[r.Journal.ID] = struct{}{}
+		b.items = append(b.items, process.Item{ID: r.Journal.ID, AggregateID: r.Journal.AggregateID, SequenceNo: r.Journal.SequenceNo})
+	}
+}
+
+// process processes the batch's pending items. It returns counts by disposition.
+func (h *Handler) process(ctx context.Context, b *batch) (map[string]int, error) {
 	counts := map[string]int{}
-	now := time.Now()
-	var items []process.Item
-	var firstPoison error
-	seen := make(map[string]bool, len(rows))
-	for _, r := range rows {
-		switch {
-		case r.Err != nil:
-			counts["poison"]++
-			if firstPoison == nil {
-				firstPoison = r.Err
-			}
-		case r.Deleted, !r.Journal.pending():
-			counts["ignored"]++
-		case r.Journal.Status == journal.StatusFailed && r.Journal.NextAttemptAt.After(now):
-			counts["ignored"]++ // its own failure, coming back through the feed
-		case seen[r.Journal.ID]:
-			counts["ignored"]++ // one batch can hold several versions of a row
-		default:
-			seen[r.Journal.ID] = true
-			items = append(items, process.Item{ID: r.Journal.ID, AggregateID: r.Journal.AggregateID, SequenceNo: r.Journal.SequenceNo})
+	for k, n := range map[string]int{"poison": b.poison, "ignored": b.ignored, "over_limit": b.overLimit} {
+		if n > 0 {
+			counts[k] = n
 		}
 	}
-	outcomes, err := h.proc.ProcessBatch(ctx, items)
+	outcomes, err := h.proc.ProcessBatch(ctx, b.items)
 	for _, o := range outcomes {
 		if o != "" {
 			counts[string(o)]++
@@ -243,13 +308,20 @@ func (h *Handler) rows(ctx context.Context, rows []Row) (map[string]int, error) 
 	}
 	// One line per batch, whatever its size: a batch of a million bad rows must not
 	// write a million lines. Batches with unusable rows warn, at most once a minute.
-	if firstPoison != nil {
+	if b.firstErr != nil {
 		if ok, dropped := h.warn.Allow("poison"); ok {
 			h.log.Warn("unusable changefeed rows skipped; their journal entries are left to the sweeper",
-				"rows", len(rows), "poison", counts["poison"], "first_error", firstPoison, "batches_not_logged", dropped)
+				"rows", b.rows, "poison", b.poison, "first_error", b.firstErr, "batches_not_logged", dropped)
 		}
-	} else {
-		h.log.Debug("webhook batch", "rows", len(rows), "counts", counts)
+	}
+	if b.overLimit > 0 {
+		if ok, dropped := h.warn.Allow("over_limit"); ok {
+			h.log.Warn("batch has more pending rows than Config.MaxPendingRows; the rest are left to the sweeper",
+				"rows", b.rows, "processed", len(b.items), "over_limit", b.overLimit, "batches_not_logged", dropped)
+		}
+	}
+	if b.firstErr == nil && b.overLimit == 0 {
+		h.log.Debug("webhook batch", "rows", b.rows, "counts", counts)
 	}
 	return counts, err
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,6 +89,8 @@ func TestHandlerRequests(t *testing.T) {
 			body:   `{"payload":[{"after":null},` + row("PROCESSED", "") + `,` + row("DEAD", "") + `,` + row("REJECTED", "") + `,` + row("FAILED", future) + `,7,{"after":{"id":"zz"}}],"length":7}`,
 			status: 200},
 		{name: "versions of one row are processed once", auth: token, body: `{"payload":[` + row("RECEIVED", "") + `,` + row("RECEIVED", "") + `],"length":2}`, status: 200, processed: 1},
+		{name: "malformed after its rows", auth: token, body: `{"payload":[` + row("RECEIVED", "") + `],"length":1,`, status: 400, errBody: "malformed"},
+		{name: "payload twice", auth: token, body: `{"payload":[` + row("RECEIVED", "") + `],"payload":[]}`, status: 400, errBody: "twice"},
 		{name: "database down", auth: token, body: `{"payload":[` + row("RECEIVED", "") + `],"length":1}`, procErr: errors.New("connection refused"), status: 503, errBody: "retry", processed: 1},
 	}
 	for _, tt := range tests {
@@ -193,4 +197,32 @@ func gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// Pending rows over Config.MaxPendingRows are not processed by the handler but left to
+// the sweeper, and the batch is still answered 200: a 4xx would be retried forever.
+func TestPendingRowsOverTheLimit(t *testing.T) {
+	proc := &fakeProcessor{}
+	h := webhook.New(webhook.Config{AuthHeader: token, MaxPendingRows: 2}, proc, nil, metrics.New(), nil)
+	url, client := serve(t, h)
+	var rows []string
+	for i := range 5 {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		rows = append(rows, `{"after":{"id":"`+id+`","status":"RECEIVED"}}`)
+	}
+	rows = append(rows, rows[0], `{"after":null}`) // a second version of a processed row, a delete
+	code, body := post(t, client, url, []byte(`{"payload":[`+strings.Join(rows, ",")+`],"length":7}`))
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var counts map[string]int
+	if err := json.Unmarshal([]byte(body), &counts); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"processed": 2, "over_limit": 3, "ignored": 2}; !maps.Equal(counts, want) {
+		t.Errorf("counts = %v, want %v", counts, want)
+	}
+	if len(proc.items) != 2 {
+		t.Errorf("processor got %d items, want 2", len(proc.items))
+	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package webhook_test
+
+const raceEnabled = false
