@@ -10,7 +10,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -315,7 +314,7 @@ func TestMainServesThroughClient(t *testing.T) {
 	args := []string{"serve", "-demo", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),
 		"-destination", testenv.Queue(t), "-http-addr", addr, "-webhook-addr", "", "-cert-dir", t.TempDir(),
 		"-sweep-interval", "50ms", "-log-level", "warn"}
-	var stderr syncWriter
+	var stderr testenv.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Main(args, io.Discard, &stderr, cli.Options{Handlers: process.NewRegistry(), Serve: serve})
@@ -357,22 +356,4 @@ func TestMainServesThroughClient(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("serve did not stop within 60s of SIGTERM; stderr:\n%s", stderr.String())
 	}
-}
-
-// syncWriter is an io.Writer safe for a goroutine writing while the test reads.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,23 +20,6 @@ import (
 	"github.com/inboxd/inboxd/webhook"
 	"github.com/inboxd/inboxd/webhook/sinktest"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), "\n")
-}
 
 func post(t *testing.T, client *http.Client, url string, body []byte) (int, string) {
 	t.Helper()
@@ -115,7 +97,7 @@ func TestUnavailableDoesNotEchoTheError(t *testing.T) {
 // Issue 10: one POST of 6 MB of {} rows wrote 2M WARN lines and grew memory to
 // 1.35 GB. Now: one line per batch, repeated warnings at most once a minute.
 func TestPoisonBatchLogsOneLine(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	h := webhook.New(webhook.Config{AuthHeader: token}, &fakeProcessor{}, nil, metrics.New(), log)
 	url, client := serve(t, h)
@@ -134,13 +116,13 @@ func TestPoisonBatchLogsOneLine(t *testing.T) {
 	}
 	runtime.ReadMemStats(&after)
 	t.Logf("%d bytes, %d rows per POST: %.0f MB allocated per POST", len(body), rows, float64(after.TotalAlloc-before.TotalAlloc)/3/1e6)
-	if n := logs.lines(); n != 1 {
-		t.Errorf("%d log lines for 3 poison batches, want 1:\n%s", n, logs.b.String())
+	if n := strings.Count(logs.String(), "\n"); n != 1 {
+		t.Errorf("%d log lines for 3 poison batches, want 1:\n%s", n, logs.String())
 	}
 	for range 100 {
 		post(t, client, url, []byte(`not json`))
 	}
-	if n := logs.lines(); n != 2 {
+	if n := strings.Count(logs.String(), "\n"); n != 2 {
 		t.Errorf("%d log lines after 100 malformed bodies, want 2", n)
 	}
 }

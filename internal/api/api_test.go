@@ -1,12 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/inboxd/inboxd/internal/api/apitest"
@@ -22,37 +20,19 @@ type (
 
 var expectError = apitest.ExpectError
 
-// syncBuffer is a log sink safe for concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 const testDestination = "/queue/inboxd-test.api"
 
 type harness struct {
 	srv *Server
 	db  *testenv.DB
 	pub *fakePublisher
-	log *syncBuffer
+	log *testenv.Buffer
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
 	db := testenv.NewDB(t)
-	h := &harness{db: db, pub: &fakePublisher{}, log: &syncBuffer{}}
+	h := &harness{db: db, pub: &fakePublisher{}, log: &testenv.Buffer{}}
 	cfg := Config{
 		Pool:        db.Pool,
 		Publisher:   h.pub,

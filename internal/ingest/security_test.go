@@ -26,7 +26,7 @@ func TestQuarantineFloodLogsPerBatch(t *testing.T) {
 	// Go's JSON decoder accepts a lone surrogate escape; jsonb does not.
 	publish(t, addr, q, []byte(`{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b01","s":"\ud800"}`), nil)
 
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 10, Linger: time.Millisecond, Logger: log}, db.Pool, hooks{})
 	testenv.Eventually(t, 30*time.Second, "all acked", func() bool { return r.counter("acked", q) == bad+1 })

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -182,24 +181,6 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRepeatedFailureLoggedOnceAndReported: journal writes that keep failing are
 // retried at least every second, logged once (not once per try), never quarantined,
 // and reported by Health once they have failed for longer than stallAfter.
@@ -209,7 +190,7 @@ func TestRepeatedFailureLoggedOnceAndReported(t *testing.T) {
 	db := testenv.NewDB(t)
 	q := testenv.Queue(t)
 	publishPlan(t, addr, q, 10, 0, 0, 61)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 5, Logger: log, Backoff: defaultBackoffForTest()},
 		schemaBrokenDB{db.Pool}, hooks{})
