@@ -138,6 +138,22 @@ func TestConsoleInBrowser(t *testing.T) {
 		f.screenshot(t, "overview.png")
 	})
 
+	step(t, "overview shows the outbox", func(t *testing.T) {
+		// The demo's customers each emitted customer-registered; once the relay has sent
+		// them all, the counts hold still and can be compared.
+		testenv.Eventually(t, 30*time.Second, "the outbox drained", func() bool {
+			return f.sql(t, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+		})
+		f.open(t, "/ui/")
+		f.waitLoaded(t)
+		if got := f.number(t, "#outbox"); got != 0 {
+			t.Errorf("outbox unsent: page %d, database 0", got)
+		}
+		if got, want := f.number(t, "#outbox-sent"), f.sql(t, `SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL`); got != want || want == 0 {
+			t.Errorf("outbox sent: page %d, database %d (want it above 0)", got, want)
+		}
+	})
+
 	step(t, "filter the journal and open a timeline", func(t *testing.T) {
 		f.open(t, "/ui/journal?type=registration")
 		f.waitLoaded(t)

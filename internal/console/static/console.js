@@ -224,6 +224,11 @@
     }
     $('#quarantine').textContent = fmtNum(st.quarantine.total);
     $('#quarantine-open').textContent = fmtNum(st.quarantine.not_reinjected) + ' not re-injected';
+    if (st.outbox) {
+      $('#outbox').textContent = fmtNum(st.outbox.unsent);
+      $('#outbox-oldest').textContent = st.outbox.oldest_unsent_created_at ? 'oldest waits ' + fmtAge(st.outbox.oldest_unsent_age_seconds) + ' · ' : '';
+      $('#outbox-sent').textContent = fmtNum(st.outbox.sent);
+    }
     const statuses = Array.from(document.querySelectorAll('#by-type thead th')).slice(1).map(th => th.textContent);
     const rows = Object.keys(st.by_type).sort().map(type => {
       const tr = el('tr', {}, el('th', { scope: 'row' }, el('a', { href: prefix + '/journal?type=' + encodeURIComponent(type), text: type })));
