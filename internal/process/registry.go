@@ -91,33 +91,25 @@ func NewRegistry() *Registry { return &Registry{handlers: map[string]Handler{}} 
 
 // Register adds the handler for an event type. Like http.Handle, it panics on an empty
 // type, a nil handler or a type registered twice: those are wiring bugs.
-func (r *Registry) Register(eventType string, h Handler) {
-	if eventType == "" {
-		panic("process: Register with an empty event type")
-	}
-	if h == nil {
-		panic("process: Register with a nil handler for " + eventType)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, dup := r.handlers[eventType]; dup {
-		panic("process: handler for " + eventType + " registered twice")
-	}
-	r.handlers[eventType] = h
-}
+func (r *Registry) Register(eventType string, h Handler) { r.set("Register", eventType, h, false) }
 
 // Replace sets the handler of an event type, replacing any registered before: the
 // public inboxd.Register and Client.Handle promise that. It panics like Register on an
 // empty type or a nil handler.
-func (r *Registry) Replace(eventType string, h Handler) {
+func (r *Registry) Replace(eventType string, h Handler) { r.set("Replace", eventType, h, true) }
+
+func (r *Registry) set(op, eventType string, h Handler, replace bool) {
 	if eventType == "" {
-		panic("process: Replace with an empty event type")
+		panic("process: " + op + " with an empty event type")
 	}
 	if h == nil {
-		panic("process: Replace with a nil handler for " + eventType)
+		panic("process: " + op + " with a nil handler for " + eventType)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, dup := r.handlers[eventType]; dup && !replace {
+		panic("process: handler for " + eventType + " registered twice")
+	}
 	r.handlers[eventType] = h
 }
 
