@@ -175,17 +175,14 @@ func (c *Config) PoolConfig() (*pgxpool.Config, error) {
 	return pc, nil
 }
 
-// ConnConfig is PoolConfig for a single connection.
+// ConnConfig is PoolConfig's connection settings, for a single connection (the
+// pool's own parameters, pool_max_conns and the like, are not sent to the server).
 func (c *Config) ConnConfig() (*pgx.ConnConfig, error) {
-	if c.DatabaseURL == "" {
-		return nil, ErrNoDatabaseURL
-	}
-	cc, err := pgx.ParseConfig(c.DatabaseURL)
+	pc, err := c.PoolConfig()
 	if err != nil {
-		return nil, fmt.Errorf("parsing database-url: %w", err)
+		return nil, err
 	}
-	c.applyPassword(cc)
-	return cc, nil
+	return pc.ConnConfig, nil
 }
 
 func (c *Config) applyPassword(cc *pgx.ConnConfig) {

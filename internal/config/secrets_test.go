@@ -206,3 +206,17 @@ func TestStompTLSSettings(t *testing.T) {
 		})
 	}
 }
+
+// A single connection (serve's wait for the database, migrate, changefeed) reads the
+// URL as the pool does: the pool's own parameters are not sent to the server, where
+// pool_max_conns would be an unknown setting.
+func TestConnConfigDropsPoolParameters(t *testing.T) {
+	c := &Config{DatabaseURL: "postgres://u@127.0.0.1:5432/db?pool_max_conns=5&application_name=x"}
+	cc, err := c.ConnConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cc.RuntimeParams["pool_max_conns"]; ok || cc.RuntimeParams["application_name"] != "x" || cc.Database != "db" {
+		t.Fatalf("runtime params %v, database %q", cc.RuntimeParams, cc.Database)
+	}
+}
