@@ -220,30 +220,15 @@ func TestClientLifecycle(t *testing.T) {
 			return err == nil && status == "PROCESSED" && total == 7
 		})
 	}
-	// run starts c.Run and returns a stop function that cancels it and checks its result.
+	// run starts c.Run; stop cancels it and checks that Run returns nil within 30 s.
 	run := func(t *testing.T, c *Client) (stop func()) {
 		t.Helper()
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(rctx) }()
-		stopped := false
-		stop = func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run after cancel = %v, want nil", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not return within 30s of its context's cancellation")
+		s := testenv.Start(t, 30*time.Second, c.Run)
+		return func() {
+			if err := s(); err != nil {
+				t.Errorf("Run after cancel = %v, want nil", err)
 			}
 		}
-		t.Cleanup(stop)
-		return stop
 	}
 
 	c, err := New(db.Pool, cfg)

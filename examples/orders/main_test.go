@@ -24,28 +24,15 @@ func TestOrdersExample(t *testing.T) {
 		"INBOXD_DATABASE_URL": db.URL, "INBOXD_STOMP_ADDR": broker,
 		"ORDERS_QUEUE": queue, "ORDERS_EVENTS_QUEUE": events, "ORDERS_HTTP_ADDR": "127.0.0.1:0",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, func(k string) string { return vars[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	stopped := false
+	ctx := context.Background()
+	stopRun := testenv.Start(t, 30*time.Second, func(ctx context.Context) error {
+		return run(ctx, func(k string) string { return vars[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	})
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run after cancel = %v, want nil", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("run did not return within 30s of cancellation")
+		if err := stopRun(); err != nil {
+			t.Errorf("run after cancel = %v, want nil", err)
 		}
 	}
-	t.Cleanup(stop)
 
 	pub := stompx.NewPublisher(stompx.Config{Addr: broker}, 1)
 	defer pub.Close()

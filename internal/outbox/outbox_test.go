@@ -166,20 +166,12 @@ func consume(t *testing.T, addr, dest string) *received {
 // runRelay runs a relay until the test ends (or stop is called).
 func runRelay(t *testing.T, pool *pgxpool.Pool, pub Publisher, cfg Config) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- NewRelay(pool, pub, cfg, nil, nil).Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("relay: %v", err)
-			}
-		})
+	s := testenv.Start(t, 2*time.Minute, NewRelay(pool, pub, cfg, nil, nil).Run)
+	return func() {
+		if err := s(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 func checkAllReceived(t *testing.T, r *received, ids []string) (dups int) {
@@ -593,17 +585,13 @@ func TestGaugesShowDrainedOutbox(t *testing.T) {
 	m := metrics.New()
 	r := NewRelay(db.Pool, pub, Config{PollInterval: time.Hour, NoListen: true}, m, nil)
 	emit(t, db.Pool, dest, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r.refreshGauges(ctx, false) // reads 3, and throttles the next read for an hour
+	r.refreshGauges(context.Background(), false) // reads 3, and throttles the next read for an hour
 	if got := gauge(t, m.OutboxUnsent); got != 3 {
 		t.Fatalf("unsent gauge = %v before the relay runs, want 3", got)
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	stop := testenv.Start(t, 2*time.Minute, r.Run)
 	testenv.Eventually(t, 20*time.Second, "the unsent gauge at 0", func() bool { return gauge(t, m.OutboxUnsent) == 0 })
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -97,19 +97,11 @@ func startService(t *testing.T, db *testenv.DB, queue string, edit func(*config.
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, reg, log, service.Options{Routes: routes})
+	svc, err := service.New(context.Background(), cfg, reg, log, service.Options{Routes: routes})
 	if err != nil {
 		t.Fatalf("starting inboxd: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("inboxd stopped with: %v", err)
-		}
-	})
+	testenv.Start(t, 2*time.Minute, svc.Run) // the end of the test stops it, and checks it returned nil
 }
 
 func publishAll(t *testing.T, queue string, msgs [][]byte) {
