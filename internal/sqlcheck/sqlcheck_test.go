@@ -131,6 +131,20 @@ func moduleRoot(t *testing.T) string {
 	}
 }
 
+// migrations returns schema's migrations, and their SQL alone.
+func migrations(t *testing.T) ([]schema.Migration, []string) {
+	t.Helper()
+	migs, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sql []string
+	for _, m := range migs {
+		sql = append(sql, m.SQL)
+	}
+	return migs, sql
+}
+
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // TestEveryStatementOnCockroachDB parses every SQL statement inboxd sends with
@@ -141,14 +155,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // assembled at run time, the statements its builder makes for representative inputs.
 // A call site of an unknown kind fails the test until it is listed in runtimeSites.
 func TestEveryStatementOnCockroachDB(t *testing.T) {
-	migs, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var migSQL []string
-	for _, m := range migs {
-		migSQL = append(migSQL, m.SQL)
-	}
+	migs, migSQL := migrations(t)
 	sites, err := harvest(moduleRoot(t))
 	if err != nil {
 		t.Fatal(err)
@@ -251,14 +258,7 @@ func TestEveryStatementOnCockroachDB(t *testing.T) {
 // server is known to reject when pgx prepares them (finding 1 of issue 9): a checker
 // that accepted these would prove nothing.
 func TestCheckerRejectsUntypedPlaceholders(t *testing.T) {
-	migs, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var migSQL []string
-	for _, m := range migs {
-		migSQL = append(migSQL, m.SQL)
-	}
+	_, migSQL := migrations(t)
 	c, err := newChecker(migSQL)
 	if err != nil {
 		t.Fatal(err)
