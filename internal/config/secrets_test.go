@@ -129,21 +129,7 @@ func TestSecretsFromFiles(t *testing.T) {
 				args = tt.args(t)
 			}
 			c, err := parse(t, env, args...)
-			if tt.wantErr != nil {
-				if err == nil {
-					t.Fatal("no error")
-				}
-				for _, w := range tt.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not mention %q", err, w)
-					}
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			tt.check(t, c)
+			checkParsed(t, c, err, tt.wantErr, tt.check)
 		})
 	}
 }
@@ -188,21 +174,7 @@ func TestStompTLSSettings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parse(t, tt.env, tt.args...)
-			if tt.wantErr != nil {
-				if err == nil {
-					t.Fatal("no error")
-				}
-				for _, w := range tt.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not mention %q", err, w)
-					}
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			tt.check(t, c)
+			checkParsed(t, c, err, tt.wantErr, tt.check)
 		})
 	}
 }
@@ -219,4 +191,25 @@ func TestConnConfigDropsPoolParameters(t *testing.T) {
 	if _, ok := cc.RuntimeParams["pool_max_conns"]; ok || cc.RuntimeParams["application_name"] != "x" || cc.Database != "db" {
 		t.Fatalf("runtime params %v, database %q", cc.RuntimeParams, cc.Database)
 	}
+}
+
+// checkParsed expects err to mention every part of wantErr, or, with none, no error
+// and check to pass.
+func checkParsed(t *testing.T, c *Config, err error, wantErr []string, check func(*testing.T, *Config)) {
+	t.Helper()
+	if wantErr != nil {
+		if err == nil {
+			t.Fatal("no error")
+		}
+		for _, w := range wantErr {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not mention %q", err, w)
+			}
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	check(t, c)
 }
