@@ -3,9 +3,7 @@ package registration
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -133,15 +131,9 @@ func (r *request) validate(newID func() string) map[string]string {
 	return problems
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// registrationForm returns a valid sample registration with fresh values, to POST back as is.
+// form returns a valid sample registration with fresh values, to POST back as is.
 func (routes) form(c echo.Context) error {
-	suffix := randomHex(4)
+	suffix := message.NewID()[:8] // 32 random bits: a UUID v4 starts with them
 	return c.JSON(http.StatusOK, request{
 		Name:         "Test Customer " + suffix,
 		Email:        "customer-" + suffix + "@example.com",
