@@ -152,7 +152,7 @@ func Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 // Its id derives from the registration, so a replay emits nothing new.
 func emitRegistered(ctx context.Context, tx pgx.Tx, r Registration) error {
 	id := outbox.DerivedID(EventCustomerRegistered, r.ID)
-	agg := r.Jurisdiction + ":" + r.Email
+	agg := aggregateID(r.Jurisdiction, r.Email)
 	body, err := json.Marshal(CustomerRegistered{
 		ID: id, Type: EventCustomerRegistered, CustomerID: r.ID, Jurisdiction: r.Jurisdiction,
 		Email: r.Email, Name: r.Name, RegisteredAt: r.CreatedAt.UTC(), AggregateID: agg,
