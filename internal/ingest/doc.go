@@ -21,8 +21,10 @@
 // collects the next batch while the committer writes earlier ones: up to
 // CommitsInFlight batches are written at once, but a batch that shares an event id or
 // an aggregate with a write under way waits for it, so one aggregate's events are
-// journaled (and so processed) in broker order. Batches are acked strictly in dispatch
-// order and never after a failure. That is what makes a cumulative ("client") ack of a
+// journaled (and so processed) in broker order; and once a write has failed no later
+// batch is written, so none can commit an aggregate's event ahead of an earlier one that
+// is coming back redelivered (the rule is mayWrite, in session). Batches are acked
+// strictly in dispatch order and never after a failure. That is what makes a cumulative ("client") ack of a
 // batch's last message safe: it can only cover messages of this batch or of batches
 // already committed. A batch committed after an earlier one failed stays unacked; the
 // broker redelivers it and the journal collapses it.

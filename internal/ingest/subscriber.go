@@ -88,6 +88,8 @@ type hooks struct {
 	beforeSubscribe func(ctx context.Context, destination string)
 	beforeIngest    func(ctx context.Context, destination string, messages int)
 	afterIngest     func(ctx context.Context, destination string, res journal.Result)
+	// skipped runs when a batch is not written because an earlier write failed.
+	skipped func(destination string, b *batch)
 }
 
 // overlaps reports whether two batches share an event id or an aggregate.
@@ -453,35 +455,53 @@ func (s *Subscriber) session(ctx context.Context, dest string, prefetch int, log
 			}
 		}()
 		var running []*flight // writes that may still be under way, oldest first
-		for b := range batches {
-			select {
-			case <-failed:
-				continue // never write (let alone ack) after a failure
-			default:
-			}
-			f := &flight{b: b, done: make(chan error, 1), written: make(chan struct{})}
-			order <- f // blocks while CommitsInFlight writes are under way
-			// A batch sharing an event id or an aggregate with a write under way waits
-			// for it: that keeps sequence numbers, commit order and so processing order
-			// of one aggregate in broker order, and lets the journal judge a repeated id
-			// against the committed first one.
+		// writeFailed is closed by the first write that fails, before its written: unlike
+		// failed, which the acker closes only once it has drained every earlier batch.
+		writeFailed := make(chan struct{})
+		var failOnce sync.Once
+		// mayWrite is the ordering rule, in one place. A batch is written only
+		//  1. once every write under way that shares an event id or an aggregate with it
+		//     has returned: that keeps one aggregate's sequence numbers, commit order and
+		//     so processing order in broker order, and lets the journal judge a repeated
+		//     id against the committed first one; and
+		//  2. if no write of this session has failed. The failed batch's events come back
+		//     redelivered, later, so a batch of the same aggregate committed now would
+		//     get the earlier sequence numbers (issue 18). Rule 2 asks the writes
+		//     themselves (writeFailed), because the acker's failed can lag behind them.
+		// A batch that may not be written is skipped; the acker acks nothing after a
+		// failure, so the broker redelivers it in order behind the failed one.
+		mayWrite := func(b *batch) bool {
 			running = slices.DeleteFunc(running, func(r *flight) bool { return isClosed(r.written) })
 			for _, r := range running {
 				if r.b.overlaps(b) {
 					<-r.written
 				}
 			}
-			select {
-			case <-failed: // failed while we waited: the acker skips it
+			return !isClosed(failed) && !isClosed(writeFailed)
+		}
+		for b := range batches {
+			if isClosed(failed) {
+				continue // never write (let alone ack) after a failure
+			}
+			f := &flight{b: b, done: make(chan error, 1), written: make(chan struct{})}
+			order <- f // blocks while CommitsInFlight writes are under way
+			if !mayWrite(b) {
+				if h := s.hooks.skipped; h != nil {
+					h(dest, b)
+				}
 				f.done <- errSkipped
 				close(f.written)
-			default:
-				running = append(running, f)
-				go func() {
-					defer close(f.written)
-					f.done <- s.write(ctx, dest, b, log)
-				}()
+				continue
 			}
+			running = append(running, f)
+			go func() {
+				defer close(f.written)
+				err := s.write(ctx, dest, b, log)
+				if err != nil {
+					failOnce.Do(func() { close(writeFailed) })
+				}
+				f.done <- err
+			}()
 		}
 		close(order)
 		<-ackerDone
