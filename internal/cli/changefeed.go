@@ -119,6 +119,9 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 
 	switch action {
 	case "create":
+		if err := checkServerVersion(ctx, pool, e.stderr); err != nil {
+			return err
+		}
 		if enableFeed {
 			if err := m.EnableRangefeeds(ctx); err != nil {
 				return err

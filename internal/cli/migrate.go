@@ -26,6 +26,9 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := checkServerVersion(ctx, pool, e.stderr); err != nil {
+		return err
+	}
 	applied, err := schema.Migrate(ctx, pool)
 	if err != nil {
 		return err
