@@ -455,11 +455,15 @@ const OutboxSinkSuffix = "/outbox"
 // o.Table are ignored.
 //
 // The WHERE clause sees the new version of a row only, so marking a row sent emits
-// nothing, and retention's deletes are dropped by the CDC query; a lease update of an
-// unsent row does emit again, which only wakes the relay once more. The rows stay in the
-// table until the broker has them, so the webhook answers 2xx at once and the feed never
-// blocks on the broker.
-// https://www.cockroachlabs.com/docs/stable/cdc-queries (section "Queries and the outbox pattern")
+// nothing; a lease update of an unsent row does emit again, which only wakes the relay
+// once more. A delete is evaluated with every column but the primary key NULL
+// (known-limitations/cdc-queries), so `sent_at IS NULL` alone would let the relay's
+// cleanup deletes through as "after": null; event_op() != 'delete' drops them, as the
+// docs' outbox example does ("Filter delete messages", "Queries and the outbox
+// pattern"). The rows stay in the table until the broker has them, so the webhook
+// answers 2xx at once and the feed never blocks on the broker.
+// https://www.cockroachlabs.com/docs/stable/cdc-queries#filter-delete-messages
+// https://www.cockroachlabs.com/docs/stable/cdc-queries#queries-and-the-outbox-pattern
 // https://www.cockroachlabs.com/docs/stable/create-changefeed
 func BuildOutboxCreate(o Options) (string, error) {
 	o.Mode, o.Table = ModeFiltered, "outbox"
@@ -472,6 +476,9 @@ func BuildOutboxCreate(o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("CREATE CHANGEFEED INTO %s WITH %s AS SELECT id FROM outbox WHERE sent_at IS NULL",
-		quote(sinkURI(sink, o)), opts), nil
+	return fmt.Sprintf("CREATE CHANGEFEED INTO %s WITH %s AS SELECT id FROM outbox WHERE %s",
+		quote(sinkURI(sink, o)), opts, outboxPredicate), nil
 }
+
+// outboxPredicate selects the outbox rows the feed emits: new unsent rows, never deletes.
+const outboxPredicate = "sent_at IS NULL AND event_op() != 'delete'"

@@ -22,11 +22,15 @@
 //     "Filter out specific rows … to decrease the load on your downstream sink and support
 //     outbox workloads" (section "Queries and the outbox pattern").
 //   - The WHERE clause is evaluated on the new version of each row; an update whose new
-//     row does not match is not emitted. So RECEIVED → PROCESSED produces no message, and
-//     an operator moving a row back to RECEIVED (replay) produces one, which is what we want.
-//   - Delete events carry only the primary key, every other column is NULL ("Known
+//     row does not match is not emitted. So RECEIVED → PROCESSED produces no message.
+//     Neither does an operator's retry or replay: both set the row FAILED with a due
+//     next_attempt_at (journal.RetryOne, journal.Requeue), not RECEIVED, and the sweeper
+//     picks it up within one interval, on either database.
+//   - A delete is evaluated with every column but the primary key NULL ("Known
 //     limitations"), so `status = 'RECEIVED'` is NULL for a delete and the delete is
-//     filtered out: TTL deletes never reach the webhook in this mode.
+//     filtered out: TTL deletes never reach the webhook in this mode. A predicate that
+//     a NULL satisfies (the outbox's `sent_at IS NULL`) needs `event_op() != 'delete'`
+//     as well (BuildOutboxCreate).
 //   - Limits that do not bite us: one table per statement; no volatile functions, sub-selects,
 //     aggregates; `now()` is not supported (our predicate uses none of these).
 //

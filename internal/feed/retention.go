@@ -32,8 +32,9 @@ func showCreateSQL(table string) string {
 }
 
 // BuildQuarantineTTL returns the ALTER TABLE that expires quarantine rows retention after
-// received_at. Like BuildTTL it converts through UTC so that the expression is immutable,
-// and keeps the TTL job's deletes out of changefeeds.
+// received_at. Like BuildTTL it converts through UTC, so that no session time zone moves
+// an expiry (CockroachDB itself accepts any expression that is at most stable), and keeps
+// the TTL job's deletes out of changefeeds.
 func BuildQuarantineTTL(retention time.Duration) (string, error) {
 	if retention < time.Second || retention%time.Second != 0 {
 		return "", invalid("quarantine ttl retention must be a positive whole number of seconds (got %s)", retention)

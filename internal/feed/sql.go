@@ -48,8 +48,11 @@ type TTLOptions struct {
 
 // BuildTTL returns the ALTER TABLE that enables row-level TTL on the journal.
 //
-// The expression converts through UTC so that it is immutable, as CockroachDB requires;
-// a NULL expiration means "never expire". ttl_disable_changefeed_replication keeps the
+// CockroachDB accepts a TTL expression of at most stable volatility (volatile ones are
+// refused: ValidateTTLExpirationExpression, pkg/sql/catalog/schemaexpr/expr.go, "requires
+// a maximum volatility of stable"); converting through UTC makes ours immutable besides,
+// so the session time zone of the TTL job never moves an expiry. A NULL expiration means
+// "never expire". ttl_disable_changefeed_replication keeps the
 // TTL job's deletes out of changefeeds: in ModeTable they would otherwise reach the
 // webhook as "after": null (ModeFiltered drops them anyway).
 // https://www.cockroachlabs.com/docs/stable/row-level-ttl
