@@ -80,8 +80,14 @@ func serve(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *pro
 }
 
 // Outgoing is a message a handler emits: Destination ("/queue/x" or "/topic/x"), Body,
-// extra STOMP Headers, and an optional ID (a UUID; a new one when empty).
+// extra STOMP Headers, an optional ID (a UUID; a new one when empty), and an optional
+// Group: messages of one group (else of one JMSXGroupID or aggregate-id header) are
+// published in emit order.
 type Outgoing = outbox.Outgoing
+
+// Emitted is what EmitBatch did with one message: its id, and whether that id was
+// already in the outbox (nothing written).
+type Emitted = outbox.Emitted
 
 // ErrInvalidOutgoing matches (errors.Is) Emit's error for a message it refuses.
 var ErrInvalidOutgoing = outbox.ErrInvalid
@@ -96,3 +102,10 @@ var ErrDuplicateOutgoing = outbox.ErrDuplicateID
 // least once: every message carries its id in the "outbox-id" header for the receiver
 // to deduplicate; put the same id in the body's "id" for a downstream inboxd.
 func Emit(ctx context.Context, tx pgx.Tx, o Outgoing) (string, error) { return outbox.Emit(ctx, tx, o) }
+
+// EmitBatch is Emit for several messages, in their order, with one round trip: the
+// call for a BatchHandler. An invalid message fails it (errors.Is ErrInvalidOutgoing)
+// before anything is written; an id already used is reported in Emitted.Duplicate.
+func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, error) {
+	return outbox.EmitBatch(ctx, tx, msgs)
+}

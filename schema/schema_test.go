@@ -19,8 +19,10 @@ func TestMigrationsSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms {
-		if m.Version != i+1 {
-			t.Errorf("%s: version %d, want %d (numbers are consecutive)", m.Name, m.Version, i+1)
+		// Increasing, not necessarily consecutive: numbers are handed out ahead to work
+		// that lands in any order.
+		if m.Version <= i {
+			t.Errorf("%s: version %d, want above %d (numbers increase)", m.Name, m.Version, i)
 		}
 		for n, line := range strings.Split(m.SQL, "\n") {
 			code, _, _ := strings.Cut(line, "--")

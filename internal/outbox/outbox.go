@@ -44,38 +44,117 @@ const (
 	MaxHeaderValueLen = 1024
 )
 
+// SeqBlock is outbox_seq's increment (migration 0009): one insert statement draws one
+// value and numbers its rows inside the block, so it holds at most this many rows.
+const SeqBlock = 65536
+
+// MaxStatementBytes bounds the bodies and headers one insert statement carries:
+// CockroachDB refuses a client message over 16 MiB (sql.conn.max_read_buffer_message_size,
+// SQLSTATE 08P01, and closes the connection), so EmitBatch splits a larger batch.
+// https://www.cockroachlabs.com/docs/stable/cluster-settings (sql.conn.max_read_buffer_message_size)
+const MaxStatementBytes = 8 << 20
+
 // Statements on the outbox table. Durations are passed as milliseconds and cast to
 // INT8: CockroachDB rejects an untyped placeholder times an INTERVAL.
 const (
-	sqlInsert = `INSERT INTO outbox (id, destination, headers, body) VALUES ($1::UUID, $2, $3::JSONB, $4)
-		ON CONFLICT (id) DO NOTHING RETURNING id`
+	// sqlInsert writes a batch of messages in one statement. It draws ONE value from
+	// outbox_seq (increment SeqBlock) and gives row ord first_seq + ord - 1, so the
+	// rows keep the order of the arrays (WITH ORDINALITY), and a later statement's rows
+	// come after: seq, not created_at (now(), the same for a whole transaction), is the
+	// emit order. MATERIALIZED evaluates the draw once on both databases; an ORDER BY in
+	// a FROM subquery would not order nextval calls on CockroachDB
+	// (https://www.cockroachlabs.com/docs/stable/order-by#order-preservation). Rows are
+	// inserted in id order, so that two transactions emitting the same ids lock them in
+	// the same order. It returns the ids it inserted; the others were already there.
+	sqlInsertRows = `
+WITH input AS (
+	SELECT t.id::UUID AS id, t.destination, t.headers::JSONB AS headers, t.body, t.grp, t.ord
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[])
+	     WITH ORDINALITY AS t(id, destination, headers, body, grp, ord)
+),
+block AS MATERIALIZED (
+	SELECT nextval('outbox_seq') AS first_seq
+),
+ins AS (
+	INSERT INTO outbox (id, destination, headers, body, grp, seq)
+	SELECT i.id, i.destination, i.headers, i.body, i.grp, b.first_seq + i.ord - 1
+	FROM input AS i CROSS JOIN block AS b
+	ORDER BY i.id
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id
+)
+SELECT ARRAY(SELECT id::TEXT FROM ins)`
+	sqlInsert = sqlInsertRows + `, ''`
 
-	// sqlClaim leases up to $1 due unsent rows for $2 ms, oldest first. SKIP LOCKED keeps
-	// concurrent relays off each other's rows; the lease keeps them off afterwards, while
-	// the row is being published, and hands it to another relay if this one dies.
-	sqlClaim = `UPDATE outbox SET lease_until = now() + $2::INT8 * INTERVAL '1 millisecond', attempts = attempts + 1
-		WHERE id IN (
-			SELECT id FROM outbox
-			WHERE sent_at IS NULL AND lease_until <= now()
-			ORDER BY lease_until, created_at
-			LIMIT $1
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id::TEXT, destination, headers, body, attempts, created_at`
+	// pgOnlyInsert is sqlInsert with the relay's wake-up in the same round trip.
+	// PostgreSQL only (CockroachDB has no LISTEN/NOTIFY; the outbox changefeed wakes the
+	// relay there). NOTIFY is delivered at commit, never on rollback, and the
+	// notifications of one transaction on one channel with one payload are folded into
+	// one (https://www.postgresql.org/docs/15/sql-notify.html): one wake-up per
+	// transaction however many statements emitted.
+	pgOnlyInsert = sqlInsertRows + `, pg_notify('` + NotifyChannel + `', '')::TEXT`
 
-	sqlMarkSent = `UPDATE outbox SET sent_at = now(), last_error = NULL
-		WHERE id = ANY($1::UUID[]) AND sent_at IS NULL`
+	// sqlPickHeads picks, without locking, up to $1 due group heads: unsent rows whose
+	// lease has passed and that have no earlier unsent row in their group (a row without
+	// a group is its own head). Oldest lease first, then emit order. The rows are locked
+	// by primary key afterwards (sqlLockHeads): a locking scan of an index with SKIP
+	// LOCKED can lock every row it reads on CockroachDB, not only those it returns
+	// (cockroach#121917; /work/shared/reference, "SKIP LOCKED over an index join").
+	sqlPickHeads = `SELECT o.id::TEXT FROM outbox AS o
+		WHERE o.sent_at IS NULL AND o.lease_until <= now()
+		  AND NOT EXISTS (
+			SELECT 1 FROM outbox AS p
+			WHERE p.grp = o.grp AND p.sent_at IS NULL AND p.seq < o.seq)
+		ORDER BY o.lease_until, o.seq
+		LIMIT $1`
 
-	// sqlRelease gives claimed rows back for a retry after $2 ms, recording why.
-	sqlRelease = `UPDATE outbox SET lease_until = now() + $2::INT8 * INTERVAL '1 millisecond', last_error = $3
-		WHERE id = ANY($1::UUID[]) AND sent_at IS NULL`
+	// sqlLockHeads locks the picked heads still due, by primary key; a head another
+	// relay is claiming is skipped. Holding a group's head is what entitles a relay to
+	// claim the group: no other relay can lease the head, and none claims a later row
+	// of the group while the head is unsent.
+	// https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
+	sqlLockHeads = `SELECT id::TEXT, grp, seq FROM outbox
+		WHERE id = ANY ($1::UUID[]) AND sent_at IS NULL AND lease_until <= now()
+		ORDER BY id
+		FOR UPDATE SKIP LOCKED`
+
+	// sqlLeaseClaim leases, for $5 ms, the locked heads ($1, $2, $3: id, group, seq)
+	// and up to $4 rows that follow a head in its group without a gap: due, and with no
+	// unsent row between them and the head that is leased or waiting for a retry.
+	sqlLeaseClaim = `
+WITH heads AS (
+	SELECT h.id::UUID AS id, h.grp, h.seq FROM unnest($1::TEXT[], $2::TEXT[], $3::INT8[]) AS h(id, grp, seq)
+),
+successors AS (
+	SELECT f.id FROM heads AS h JOIN outbox AS f ON f.grp = h.grp AND f.seq > h.seq
+	WHERE f.sent_at IS NULL AND f.lease_until <= now()
+	  AND NOT EXISTS (
+		SELECT 1 FROM outbox AS p
+		WHERE p.grp = f.grp AND p.sent_at IS NULL AND p.seq > h.seq AND p.seq < f.seq
+		  AND p.lease_until > now())
+	ORDER BY f.seq
+	LIMIT $4
+)
+UPDATE outbox SET lease_until = now() + $5::INT8 * INTERVAL '1 millisecond', attempts = attempts + 1
+WHERE id IN (SELECT id FROM heads UNION ALL SELECT id FROM successors)
+RETURNING id::TEXT, destination, headers, body, attempts, created_at, grp, seq`
+
+	// sqlSettle records a pass's outcome for every row it claimed in one statement:
+	// "sent" (the broker confirmed it), "failed" (retry after delay_ms, recording err),
+	// "untried" (given back at once; the claim counted an attempt it did not make).
+	sqlSettle = `UPDATE outbox AS o
+		SET sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
+		    last_error = CASE r.outcome WHEN 'sent' THEN NULL WHEN 'failed' THEN r.err ELSE o.last_error END,
+		    lease_until = CASE r.outcome
+		                    WHEN 'failed' THEN now() + r.delay_ms * INTERVAL '1 millisecond'
+		                    WHEN 'untried' THEN now()
+		                    ELSE o.lease_until END,
+		    attempts = CASE WHEN r.outcome = 'untried' THEN o.attempts - 1 ELSE o.attempts END
+		FROM unnest($1::UUID[], $2::TEXT[], $3::INT8[], $4::TEXT[]) AS r(id, outcome, delay_ms, err)
+		WHERE o.id = r.id AND o.sent_at IS NULL`
 
 	// sqlDeleteSent removes at most $2 rows sent more than $1 ms ago: bounded, so that
 	// retention never holds long locks or builds one huge transaction.
-	// sqlReleaseUntried gives back claimed rows the relay did not get to; the claim
-	// counted an attempt it did not make.
-	sqlReleaseUntried = `UPDATE outbox SET lease_until = now(), attempts = attempts - 1
-		WHERE id = ANY($1::UUID[]) AND sent_at IS NULL`
-
 	sqlDeleteSent = `DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
 			WHERE sent_at IS NOT NULL AND sent_at < now() - $1::INT8 * INTERVAL '1 millisecond'
@@ -91,9 +170,7 @@ const (
 	sqlGet = `SELECT id::TEXT, destination, headers, body, attempts, created_at, sent_at, last_error
 		FROM outbox WHERE id = $1::UUID`
 
-	// PostgreSQL only (CockroachDB has no LISTEN/NOTIFY). NOTIFY is delivered at
-	// commit, and not at all on rollback: exactly the moment the relay should wake.
-	pgOnlyNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
+	// PostgreSQL only, like pgOnlyInsert.
 	pgOnlyListen = `LISTEN ` + NotifyChannel
 )
 
@@ -101,8 +178,8 @@ const (
 // that check them against CockroachDB's parser.
 func Statements() map[string]string {
 	return map[string]string{
-		"insert": sqlInsert, "claim": sqlClaim, "markSent": sqlMarkSent, "release": sqlRelease, "releaseUntried": sqlReleaseUntried,
-		"deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet,
+		"insert": sqlInsert, "pickHeads": sqlPickHeads, "lockHeads": sqlLockHeads, "leaseClaim": sqlLeaseClaim,
+		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet,
 	}
 }
 
@@ -123,6 +200,23 @@ type Outgoing struct {
 	// ID, when set, is the outbox id (a UUID); empty means a new random one. Set it
 	// from the event being processed to make the emission itself idempotent.
 	ID string
+	// Group orders messages: those of one group are published in emit order, one after
+	// another, whatever their destination, across publish failures, retries and relay
+	// instances; a group's message waits while an earlier one is unsent. Empty means
+	// the JMSXGroupID header, else the aggregate-id header; without any of them the
+	// message is published independently. It is not sent as a header.
+	Group string
+}
+
+// group is the ordering key of o (see Outgoing.Group); "" means none.
+func (o Outgoing) group() string {
+	if o.Group != "" {
+		return o.Group
+	}
+	if g := o.Headers["JMSXGroupID"]; g != "" {
+		return g
+	}
+	return o.Headers["aggregate-id"]
 }
 
 var (
@@ -157,6 +251,9 @@ func (o Outgoing) Validate() (string, error) {
 		case len(v) > MaxHeaderValueLen || !utf8.ValidString(v) || containsNUL(v):
 			return "", fmt.Errorf("%w: header %q must be valid UTF-8 without NUL, at most %d bytes", ErrInvalid, k, MaxHeaderValueLen)
 		}
+	}
+	if len(o.Group) > MaxHeaderValueLen || !utf8.ValidString(o.Group) || containsNUL(o.Group) {
+		return "", fmt.Errorf("%w: group must be valid UTF-8 without NUL, at most %d bytes", ErrInvalid, MaxHeaderValueLen)
 	}
 	if o.ID == "" {
 		return message.NewID(), nil
@@ -195,39 +292,139 @@ func containsNUL(s string) bool {
 }
 
 // Emit writes o to the outbox in tx and returns its id. The message is published after
-// tx commits, and never if it rolls back. Invalid input wraps ErrInvalid, an id already
-// used ErrDuplicateID; neither breaks tx.
+// tx commits, and never if it rolls back; messages of one group (Outgoing.Group) in emit
+// order. Invalid input wraps ErrInvalid, an id already used ErrDuplicateID; neither
+// breaks tx. A handler that emits several messages should call EmitBatch: one round
+// trip for all of them.
 func Emit(ctx context.Context, tx pgx.Tx, o Outgoing) (string, error) {
-	id, err := o.Validate()
+	out, err := EmitBatch(ctx, tx, []Outgoing{o})
 	if err != nil {
+		var inv *InvalidError
+		if errors.As(err, &inv) {
+			return "", inv.Err
+		}
 		return "", err
 	}
-	headers := o.Headers
-	if headers == nil {
-		headers = map[string]string{}
+	if out[0].Duplicate {
+		return out[0].ID, fmt.Errorf("%w: %s", ErrDuplicateID, out[0].ID)
 	}
-	hj, err := json.Marshal(headers)
-	if err != nil {
-		return "", fmt.Errorf("encoding outbox headers: %w", err)
-	}
-	body := o.Body
-	if body == nil {
-		body = []byte{}
-	}
-	var got string
-	err = tx.QueryRow(ctx, sqlInsert, id, o.Destination, string(hj), body).Scan(&got)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return id, fmt.Errorf("%w: %s", ErrDuplicateID, id)
-	}
-	if err != nil {
-		return "", fmt.Errorf("writing outbox row %s: %w", id, err)
-	}
-	if !isCockroach(tx.Conn()) {
-		if _, err := tx.Exec(ctx, pgOnlyNotify); err != nil {
-			return "", fmt.Errorf("notifying the outbox relay: %w", err)
+	return out[0].ID, nil
+}
+
+// Emitted is what EmitBatch did with one message.
+type Emitted struct {
+	ID string
+	// Duplicate tells that ID was already in the outbox (or earlier in the same batch),
+	// so nothing was written for it: a handler that runs again emits nothing new.
+	Duplicate bool
+}
+
+// InvalidError is EmitBatch's error for a message it refuses: Index is its place in
+// the batch, Err wraps ErrInvalid. Nothing of the batch is written.
+type InvalidError struct {
+	Index int
+	Err   error
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("outgoing message %d: %v", e.Index, e.Err) }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+// EmitBatch writes msgs to the outbox in tx, in their order, and returns what it did
+// with each: one statement (and, on PostgreSQL, the relay's wake-up in the same round
+// trip) for the whole batch, split only past MaxStatementBytes. Messages of one group
+// are published in the order of msgs, after those the transaction emitted before.
+// An invalid message fails the call with an *InvalidError before anything is written;
+// an id already used is reported as Duplicate, not as an error.
+func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, error) {
+	out := make([]Emitted, len(msgs))
+	ids := make([]string, len(msgs))
+	dests := make([]string, len(msgs))
+	headers := make([]string, len(msgs))
+	bodies := make([][]byte, len(msgs))
+	groups := make([]*string, len(msgs))
+	sizes := make([]int, len(msgs))
+	first := make(map[string]bool, len(msgs))
+	for i, o := range msgs {
+		id, err := o.Validate()
+		if err != nil {
+			return nil, &InvalidError{Index: i, Err: err}
 		}
+		out[i].ID = id
+		if first[id] {
+			out[i].Duplicate = true // the first one of the batch is written
+			continue
+		}
+		first[id] = true
+		h := o.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return nil, fmt.Errorf("encoding outbox headers: %w", err)
+		}
+		ids[i], dests[i], headers[i], bodies[i] = id, o.Destination, string(hj), o.Body
+		if bodies[i] == nil {
+			bodies[i] = []byte{}
+		}
+		if g := o.group(); g != "" {
+			groups[i] = &g
+		}
+		sizes[i] = len(id) + len(o.Destination) + len(hj) + len(o.Body) + len(o.group()) + 64
 	}
-	return id, nil
+	pg := !isCockroach(tx.Conn())
+	// Statements of at most MaxStatementBytes and SeqBlock rows, in order: each draws a
+	// later sequence block than the one before.
+	for lo := 0; lo < len(msgs); {
+		var ci, cd, ch []string
+		var cb [][]byte
+		var cg []*string
+		bytes, hi := 0, lo
+		for ; hi < len(msgs) && len(ci) < SeqBlock; hi++ {
+			if out[hi].Duplicate {
+				continue
+			}
+			if len(ci) > 0 && bytes+sizes[hi] > MaxStatementBytes {
+				break
+			}
+			bytes += sizes[hi]
+			ci, cd, ch, cb, cg = append(ci, ids[hi]), append(cd, dests[hi]), append(ch, headers[hi]), append(cb, bodies[hi]), append(cg, groups[hi])
+		}
+		if len(ci) > 0 {
+			var inserted []string
+			var err error
+			if pg {
+				inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg)
+			} else {
+				inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg)
+			}
+			if err != nil {
+				return nil, err
+			}
+			written := make(map[string]bool, len(inserted))
+			for _, id := range inserted {
+				written[id] = true
+			}
+			for i := lo; i < hi; i++ {
+				if !out[i].Duplicate && !written[out[i].ID] {
+					out[i].Duplicate = true // already in the outbox
+				}
+			}
+		}
+		lo = hi
+	}
+	return out, nil
+}
+
+// insertRows runs one insert statement (sqlInsert or pgOnlyInsert) and returns the ids
+// it wrote.
+func insertRows(ctx context.Context, tx pgx.Tx, sql string, ids, dests, headers []string, bodies [][]byte, groups []*string) ([]string, error) {
+	var inserted []string
+	var notified string
+	if err := tx.QueryRow(ctx, sql, ids, dests, headers, bodies, groups).Scan(&inserted, &notified); err != nil {
+		return nil, fmt.Errorf("writing %d outbox rows: %w", len(ids), err)
+	}
+	return inserted, nil
 }
 
 // isCockroach tells CockroachDB by the crdb_version parameter it reports at connect.

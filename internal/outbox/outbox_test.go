@@ -44,6 +44,9 @@ func TestValidate(t *testing.T) {
 		{"invalid UTF-8 value", Outgoing{Destination: "/queue/a", Headers: map[string]string{"a": "\xff"}}, false},
 		{"long value", Outgoing{Destination: "/queue/a", Headers: map[string]string{"a": strings.Repeat("v", MaxHeaderValueLen+1)}}, false},
 		{"bad id", Outgoing{Destination: "/queue/a", ID: "42"}, false},
+		{"group", Outgoing{Destination: "/queue/a", Group: "customer-42"}, true},
+		{"long group", Outgoing{Destination: "/queue/a", Group: strings.Repeat("g", MaxHeaderValueLen+1)}, false},
+		{"NUL in group", Outgoing{Destination: "/queue/a", Group: "a\x00"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,106 +219,91 @@ type claimed struct {
 	body            []byte
 	attempts        int64
 	createdAt       time.Time
+	group           *string // nil: no group
+	seq             int64
 	bad             error // the row cannot be published as stored
 }
 
-// RelayOnce claims due rows and publishes them in order, stopping at the first failure.
-// It returns how many it published; the error is the first failure, if any.
+// RelayOnce claims due rows and publishes them, each group's in emit order, stopping a
+// group at its first failure and the pass at the first failed publish. It returns how
+// many it published; the error is the first failure, if any.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	start := time.Now()
-	all, err := r.claim(ctx)
-	if err != nil || len(all) == 0 {
+	rows, err := r.claim(ctx)
+	if err != nil || len(rows) == 0 {
 		return 0, err
-	}
-	rows := all[:0]
-	for _, row := range all {
-		if row.bad == nil {
-			rows = append(rows, row)
-			continue
-		}
-		r.log.Error("outbox row cannot be published; fix or delete it", "id", row.id, "error", row.bad)
-		r.m.OutboxPublishErrors.Inc()
-		if _, err := r.pool.Exec(ctx, sqlRelease, []string{row.id}, retryDelay(row.attempts).Milliseconds(), message.Truncate(row.bad.Error(), 1000)); err != nil {
-			return 0, fmt.Errorf("recording the failure of outbox row %s: %w", row.id, err)
-		}
-	}
-	if len(rows) == 0 {
-		return 0, nil
 	}
 	// Stop well before the lease ends: past it, another relay may claim these rows.
 	pctx, cancel := context.WithDeadline(ctx, start.Add(r.cfg.Lease*3/4))
 	defer cancel()
 	tried, perrs := r.publishAll(pctx, rows)
 
-	// Records survive ctx's end: marking what the broker confirmed saves a republish.
-	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer dcancel()
-	var sent, untried []string
-	var errs []error
+	// One statement records every row's outcome. It survives ctx's end: marking what
+	// the broker confirmed saves a republish.
+	n := len(rows)
+	ids, outcomes, delays, reasons := make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
+	sent := 0
 	var first error
 	for i, row := range rows {
+		ids[i] = row.id
 		switch {
 		case !tried[i]:
-			untried = append(untried, row.id)
+			outcomes[i] = "untried"
 		case perrs[i] == nil:
-			sent = append(sent, row.id)
+			outcomes[i] = "sent"
+			sent++
 		default:
-			// A row that failed waits a backoff of its own, so that one message the broker
-			// keeps refusing cannot hold up the others. Cut short by the lease or by
-			// shutdown, its outcome is unknown and it may go again at once.
-			delay, reason := time.Duration(0), perrs[i].Error()
-			if pctx.Err() == nil {
-				delay = retryDelay(row.attempts)
+			// A failed row waits a backoff of its own, and the rest of its group behind
+			// it (emit order); other groups go on. Cut short by the lease or by shutdown,
+			// its outcome is unknown and it may go again at once.
+			outcomes[i] = "failed"
+			reason := message.Truncate(perrs[i].Error(), 1000)
+			reasons[i] = &reason
+			if row.bad != nil {
+				r.log.Error("outbox row cannot be published; fix or delete it (its group waits)", "id", row.id, "error", row.bad)
+			}
+			if pctx.Err() == nil || row.bad != nil {
+				delays[i] = retryDelay(row.attempts).Milliseconds()
 				r.m.OutboxPublishErrors.Inc()
-				if first == nil {
+				if first == nil && row.bad == nil {
 					first = perrs[i]
 				}
 			}
-			if _, err := r.pool.Exec(dctx, sqlRelease, []string{row.id}, delay.Milliseconds(), message.Truncate(reason, 1000)); err != nil {
-				errs = append(errs, fmt.Errorf("releasing outbox row %s (it waits for its lease): %w", row.id, err))
-			}
 		}
 	}
-	if len(sent) > 0 {
-		if _, err := r.pool.Exec(dctx, sqlMarkSent, sent); err != nil {
-			errs = append(errs, fmt.Errorf("marking %d outbox rows sent (they will be sent again): %w", len(sent), err))
-		}
-		r.m.OutboxPublished.Add(float64(len(sent)))
-	}
-	if len(untried) > 0 {
-		if _, err := r.pool.Exec(dctx, sqlReleaseUntried, untried); err != nil {
-			errs = append(errs, fmt.Errorf("releasing %d outbox rows (they wait for their lease): %w", len(untried), err))
-		}
-	}
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer dcancel()
+	var errs []error
 	if first != nil && ctx.Err() == nil {
-		errs = append([]error{first}, errs...)
+		errs = append(errs, first)
 	}
-	return len(sent), errors.Join(errs...)
+	if _, err := r.pool.Exec(dctx, sqlSettle, ids, outcomes, delays, reasons); err != nil {
+		errs = append(errs, fmt.Errorf("recording the outcome of %d outbox rows (%d sent will be sent again; the others wait for their lease): %w", n, sent, err))
+	} else {
+		r.m.OutboxPublished.Add(float64(sent))
+	}
+	return sent, errors.Join(errs...)
 }
 
-// publishAll publishes rows, Parallel at a time. Rows of one destination and message
-// group (JMSXGroupID, else aggregate-id) go one after another in emit order; a group's
-// first failure ends it, and any failure stops the pass from starting more publishes
-// (a broker that is down would otherwise cost a dial timeout per row). tried[i] tells
-// whether row i was attempted, errs[i] how it failed.
+// publishAll publishes rows, Parallel groups at a time. Rows of one group go one after
+// another in emit order (rows come sorted by seq); a group's first failure ends it, and
+// a failed publish stops the pass from starting more (a broker that is down would
+// otherwise cost a dial timeout per row). A row that cannot be published as stored
+// fails its group only. tried[i] tells whether row i was attempted, errs[i] how it failed.
 func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, errs []error) {
 	tried, errs = make([]bool, len(rows)), make([]error, len(rows))
 	var groups [][]int
-	byKey := map[string]int{}
+	byGroup := map[string]int{}
 	for i, row := range rows {
-		g := row.headers["JMSXGroupID"]
-		if g == "" {
-			g = row.headers["aggregate-id"]
+		if row.group == nil {
+			groups = append(groups, []int{i}) // no group: free to go in parallel
+			continue
 		}
-		if g == "" {
-			g = "\x00" + row.id // no group: free to go in parallel
-		}
-		key := row.destination + "\x00" + g
-		if j, ok := byKey[key]; ok {
+		if j, ok := byGroup[*row.group]; ok {
 			groups[j] = append(groups[j], i)
 			continue
 		}
-		byKey[key] = len(groups)
+		byGroup[*row.group] = len(groups)
 		groups = append(groups, []int{i})
 	}
 	var stop atomic.Bool
@@ -333,6 +319,10 @@ func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, e
 						break
 					}
 					tried[i] = true // each index belongs to one group, so to one goroutine
+					if rows[i].bad != nil {
+						errs[i] = rows[i].bad
+						break
+					}
 					if errs[i] = r.publish(ctx, rows[i]); errs[i] != nil {
 						stop.Store(true)
 						break
@@ -358,28 +348,76 @@ func retryDelay(attempts int64) time.Duration {
 	return min(d, 5*time.Minute)
 }
 
+// claim leases up to BatchSize rows: due group heads, and the rows that follow them in
+// their groups, in emit order. It picks heads without a lock, then, in one short
+// transaction, locks those still due by primary key (skipping any another relay holds)
+// and leases them with their successors. A relay publishes a group's rows only while
+// it holds the group's head, so two relays never publish parts of one group.
 func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
-	rows, err := r.pool.Query(ctx, sqlClaim, r.cfg.BatchSize, r.cfg.Lease.Milliseconds())
+	pick, err := r.pool.Query(ctx, sqlPickHeads, r.cfg.BatchSize)
 	if err != nil {
-		return nil, fmt.Errorf("claiming outbox rows: %w", err)
+		return nil, fmt.Errorf("picking outbox group heads: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
-		var c claimed
-		var hj []byte
-		if err := row.Scan(&c.id, &c.destination, &hj, &c.body, &c.attempts, &c.createdAt); err != nil {
-			return c, err
+	picked, err := pgx.CollectRows(pick, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("picking outbox group heads: %w", err)
+	}
+	if len(picked) == 0 {
+		return nil, nil
+	}
+	var out []claimed
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var ids []string
+		var groups []*string
+		var seqs []int64
+		var id string
+		var group *string
+		var seq int64
+		lock, err := tx.Query(ctx, sqlLockHeads, picked)
+		if err != nil {
+			return fmt.Errorf("locking outbox group heads: %w", err)
 		}
-		if err := json.Unmarshal(hj, &c.headers); err != nil {
-			// Only a row written around Emit can get here; it must not stall the others.
-			c.bad = fmt.Errorf("outbox row %s has headers that are not an object of strings: %w", c.id, err)
+		if _, err := pgx.ForEachRow(lock, []any{&id, &group, &seq}, func() error {
+			ids, groups, seqs = append(ids, id), append(groups, group), append(seqs, seq)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("locking outbox group heads: %w", err)
 		}
-		return c, nil
+		if len(ids) == 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, sqlLeaseClaim, ids, groups, seqs, max(0, r.cfg.BatchSize-len(ids)), r.cfg.Lease.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("leasing outbox rows: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+			var c claimed
+			var hj []byte
+			if err := row.Scan(&c.id, &c.destination, &hj, &c.body, &c.attempts, &c.createdAt, &c.group, &c.seq); err != nil {
+				return c, err
+			}
+			if err := json.Unmarshal(hj, &c.headers); err != nil {
+				// Only a row written around Emit can get here; it fails its group only.
+				c.bad = fmt.Errorf("outbox row %s has headers that are not an object of strings: %w", c.id, err)
+			}
+			return c, nil
+		})
+		if err != nil {
+			return fmt.Errorf("leasing outbox rows: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming outbox rows: %w", err)
 	}
-	// The claim's UPDATE … RETURNING does not keep the subquery's order.
-	slices.SortStableFunc(out, func(a, b claimed) int { return a.createdAt.Compare(b.createdAt) })
+	// UPDATE … RETURNING keeps no order; seq is the emit order (ties: rows written
+	// before migration 0009, by time).
+	slices.SortFunc(out, func(a, b claimed) int {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return a.createdAt.Compare(b.createdAt)
+	})
 	return out, nil
 }
 
