@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/message"
 )
 
 // Pending is a journal entry locked for processing.
@@ -50,11 +54,14 @@ func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, 
 // maxErrorText bounds last_error: a handler may return a huge error string.
 const maxErrorText = 4000
 
+// errorText makes text from a handler (an error, a panic value) storable in a TEXT
+// column of PostgreSQL and CockroachDB alike: valid UTF-8 (invalid bytes become U+FFFD),
+// no NUL (which neither accepts in text), cut on a rune boundary to maxErrorText bytes.
+// Anything else would fail the statement with SQLSTATE 22021 and, with it, the batch.
 func errorText(s string) string {
-	if len(s) <= maxErrorText {
-		return s
-	}
-	return s[:maxErrorText] + "…"
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	return message.Truncate(s, maxErrorText)
 }
 
 // MarkProcessed records a successful handler run. attempts counts handler runs.
@@ -234,6 +241,52 @@ func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
 	if len(results) == 0 {
 		return nil
 	}
+	args := outcomeArgs(results)
+	tag, err := tx.Exec(ctx, recordOutcomesSQL, args...)
+	return checkOutcomes(len(results), tag, err)
+}
+
+// RecordOutcomesGuarded is RecordOutcomes inside a savepoint, sent in the same round
+// trip: when the database refuses the outcomes, tx is rolled back to the savepoint and
+// stays usable (the handlers' effects in it stay), so the caller can record them
+// another way. A nested savepoint can be rolled back after any error but a retry
+// error on CockroachDB, and those are availability errors here.
+// https://www.cockroachlabs.com/docs/stable/savepoint
+func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) error {
+	if len(results) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SAVEPOINT inboxd_outcomes`)
+	b.Queue(recordOutcomesSQL, outcomeArgs(results)...)
+	b.Queue(`RELEASE SAVEPOINT inboxd_outcomes`)
+	br := tx.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+		err = checkOutcomes(len(results), tag, err)
+	} else {
+		err = fmt.Errorf("opening the outcomes savepoint: %w", err)
+	}
+	if err == nil {
+		if _, rerr := br.Exec(); rerr != nil {
+			err = fmt.Errorf("releasing the outcomes savepoint: %w", rerr)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("recording %d processing outcomes: %w", len(results), cerr)
+	}
+	if err == nil || IsUnavailable(err) {
+		return err
+	}
+	if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inboxd_outcomes`); rerr != nil {
+		return fmt.Errorf("%w (and rolling back to the outcomes savepoint: %w)", err, rerr)
+	}
+	return err
+}
+
+func outcomeArgs(results []Outcome) []any {
 	ids := make([]string, len(results))
 	statuses := make([]string, len(results))
 	errs := make([]*string, len(results))
@@ -245,7 +298,21 @@ func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
 			errs[i] = &s
 		}
 	}
-	tag, err := tx.Exec(ctx, `
+	return []any{ids, statuses, errs, backoffs}
+}
+
+func checkOutcomes(n int, tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return fmt.Errorf("recording %d processing outcomes: %w", n, err)
+	}
+	if int(tag.RowsAffected()) != n {
+		return fmt.Errorf("recording %d processing outcomes: %d rows affected", n, tag.RowsAffected())
+	}
+	return nil
+}
+
+// recordOutcomesSQL records outcomes: $1 ids, $2 statuses, $3 errors, $4 backoffs (ms).
+const recordOutcomesSQL = `
 		UPDATE journal AS j
 		SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
 		    next_attempt_at = CASE WHEN r.status = 'FAILED'
@@ -254,12 +321,4 @@ func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
 		    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
 		    updated_at = now()
 		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[]) AS r(id, status, err, backoff_ms)
-		WHERE j.id = r.id`, ids, statuses, errs, backoffs)
-	if err != nil {
-		return fmt.Errorf("recording %d processing outcomes: %w", len(results), err)
-	}
-	if int(tag.RowsAffected()) != len(results) {
-		return fmt.Errorf("recording %d processing outcomes: %d rows affected", len(results), tag.RowsAffected())
-	}
-	return nil
-}
+		WHERE j.id = r.id`

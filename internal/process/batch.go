@@ -108,7 +108,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 			held[h.AggregateID] = true
 		}
 	}
-	if err := journal.RecordOutcomes(ctx, tx, recs); err != nil {
+	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
 		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -124,6 +124,38 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		e.logOutcome(h.ID, typ, h.Attempts+1, out, herrs[h.ID])
 	}
 	return res, nil
+}
+
+// recordOutcomes records a batch's outcomes in tx with one statement. When the database
+// refuses them for a deterministic reason (not availability), it records them one by
+// one instead, and an outcome refused alone is recorded with a fixed message in place
+// of the handler's text: the batch commits, every attempt counts, no handler runs
+// again. (Rolling the batch back instead would re-run all its handlers, and the same
+// refusal would do it again at every sweep: issue 18, 1,023 handler calls for 200
+// events.) Only an outcome that carries no text, PROCESSED, can still be refused; that
+// is the schema's fault, and the batch fails as a whole.
+func (e *Engine) recordOutcomes(ctx context.Context, tx pgx.Tx, recs []journal.Outcome) error {
+	err := journal.RecordOutcomesGuarded(ctx, tx, recs)
+	if err == nil || len(recs) == 0 || journal.IsUnavailable(err) || ctx.Err() != nil {
+		return err
+	}
+	e.log.Warn("the database refused a batch's outcomes; recording them one by one", "events", len(recs), "error", err)
+	for _, r := range recs {
+		err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r})
+		if err == nil {
+			continue
+		}
+		if journal.IsUnavailable(err) || ctx.Err() != nil || r.Status == journal.StatusProcessed {
+			return err
+		}
+		e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
+			"id", r.ID, "status", r.Status, "error", err, "handler_error", r.Error)
+		r.Error = unstorableMessage(err)
+		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r}); err != nil {
+			return fmt.Errorf("recording event %s with a fixed message: %w", r.ID, err)
+		}
+	}
+	return nil
 }
 
 func statusOf(o Outcome) string {
@@ -453,7 +485,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 				return nil, err
 			}
 		}
-		if isRetryable(herr) {
+		if isRetryable(herr) && txAborted(tx) {
 			return nil, herr
 		}
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {

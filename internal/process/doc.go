@@ -28,9 +28,16 @@
 // own savepoint in sequence order, records every outcome with one statement
 // (journal.RecordOutcomes) and commits once. A handler error (or panic) rolls back to
 // its savepoint, so its partial effects vanish while the failure itself (attempts,
-// last_error, next_attempt_at) is recorded with the others. A retryable error (40001,
-// from the database or a handler) is not a handler failure: the whole batch runs
-// again, and with half as many events once it keeps conflicting.
+// last_error, next_attempt_at) is recorded with the others. A conflict of the batch's
+// own transaction (40001 that left it aborted) is not a handler failure: the whole
+// batch runs again, and with half as many events once it keeps conflicting. A 40001 a
+// handler returns while the transaction is fine came from elsewhere (another database
+// it called) and is its failure, like any error.
+//
+// Text from handlers (errors, panic values) is made storable before it reaches SQL:
+// valid UTF-8, no NUL, at most 4,000 bytes cut on a rune boundary. Should the database
+// still refuse a batch's outcomes, they are recorded one by one, and the refused one
+// with a fixed message: every attempt is recorded and no handler runs twice for it.
 //
 // On CockroachDB every batch is one serializable transaction over up to BatchSize
 // rows: the larger the batch, the more likely two batches (or a batch and an operator

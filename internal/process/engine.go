@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -168,26 +170,42 @@ func (e *Engine) outcome(ev Event, herr error) Outcome {
 	}
 }
 
-func (e *Engine) record(ctx context.Context, tx pgx.Tx, id string, out Outcome, herr error, attempt int) error {
-	switch out {
-	case OutcomeProcessed:
-		return journal.MarkProcessed(ctx, tx, id)
-	case OutcomeRejected:
-		return journal.MarkRejected(ctx, tx, id, herr.Error())
-	case OutcomeDead:
-		return journal.MarkDead(ctx, tx, id, herr.Error())
-	default:
-		return journal.MarkFailed(ctx, tx, id, herr.Error(), e.cfg.Backoff(attempt))
+// recordTimeout records the failed attempt of a handler that overran its deadline, in
+// a transaction of its own (the handler's was abandoned).
+func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
+	out, err := e.recordAlone(ctx, ev, e.outcome(ev, herr), herr)
+	if err != nil {
+		return "", fmt.Errorf("recording the timeout: %w", err)
 	}
+	return out, nil
 }
 
-// recordTimeout records the failed attempt of a handler that overran its deadline, in
-// a transaction of its own (the handler's was abandoned). The attempts check makes it
-// a no-op when the entry moved on meanwhile.
-func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
-	var out Outcome
+// recordAlone records the outcome of one attempt (not PROCESSED: its effects were in a
+// transaction that is gone) in a transaction of its own. When the database refuses the
+// outcome for a deterministic reason, the attempt is recorded again with a fixed
+// message instead of the handler's text, so that it is recorded at all: otherwise the
+// event would stay pending with 0 attempts and its batch would re-run forever. The
+// status stays (a REJECTED or DEAD event does not turn into a retry loop). The attempts
+// check makes it a no-op when the entry moved on meanwhile.
+func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
+	rec := journal.Outcome{ID: ev.ID, Status: statusOf(out), Error: herr.Error()}
+	if out == OutcomeFailed {
+		rec.Backoff = e.cfg.Backoff(ev.Attempt)
+	}
+	got, err := e.recordInOwnTx(ctx, ev, out, rec)
+	if err == nil || journal.IsUnavailable(err) || ctx.Err() != nil {
+		return got, err
+	}
+	e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
+		"id", ev.ID, "type", e.reg.MetricLabel(ev.Type), "attempt", ev.Attempt, "error", err, "handler_error", herr)
+	rec.Error = unstorableMessage(err)
+	return e.recordInOwnTx(ctx, ev, out, rec)
+}
+
+func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec journal.Outcome) (Outcome, error) {
+	got := OutcomeNoop
 	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
-		out = OutcomeNoop
+		got = OutcomeNoop
 		if err := e.setTimeouts(ctx, tx); err != nil {
 			return err
 		}
@@ -195,14 +213,30 @@ func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outco
 		if err != nil || !found || p.Attempts != ev.Attempt-1 {
 			return err
 		}
-		out = e.outcome(ev, herr)
-		return e.record(ctx, tx, ev.ID, out, herr, ev.Attempt)
+		got = out
+		return journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec})
 	})
-	if err != nil {
-		return "", fmt.Errorf("recording the timeout: %w", err)
-	}
-	return out, nil
+	return got, err
 }
+
+// unstorableMessage is what last_error says when the handler's text was refused: fixed
+// text and the SQLSTATE, nothing that came from the handler.
+func unstorableMessage(err error) string {
+	code := "unknown"
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && strings.Trim(pgErr.Code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
+		code = pgErr.Code
+	}
+	return "inboxd: the outcome of this attempt could not be stored (SQLSTATE " + code + "); the handler's error is in inboxd's log"
+}
+
+// txAborted reports whether tx's own statements failed: the server said the
+// transaction block is failed ('E' in ReadyForQuery), which on CockroachDB is also the
+// state a retry error leaves a transaction in (pkg/sql/conn_executor.go, stateAborted).
+// A 40001 a handler returns while its transaction is fine came from somewhere else
+// (another database it called): that is the handler's failure, not this batch's conflict.
+// https://www.postgresql.org/docs/15/protocol-message-formats.html (ReadyForQuery)
+func txAborted(tx pgx.Tx) bool { return tx.Conn().PgConn().TxStatus() == 'E' }
 
 // setTimeouts bounds every statement of the processing transaction on the server too,
 // so that a statement stuck on a lock or a runaway query ends even if the client is
@@ -269,7 +303,7 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 			return nil, nil
 		}
 	}
-	if isRetryable(herr) {
+	if isRetryable(herr) && txAborted(tx) {
 		return nil, herr // restart the whole transaction, do not count an attempt
 	}
 	if ctx.Err() != nil {

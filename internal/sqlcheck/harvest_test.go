@@ -20,8 +20,9 @@ type site struct {
 	SQL   string // the statement, when it is a constant
 }
 
-// sqlMethods are the pgx methods whose second argument is SQL.
-var sqlMethods = map[string]bool{"Exec": true, "Query": true, "QueryRow": true}
+// sqlMethods are the pgx methods that take SQL, with the index of that argument
+// (pgx.Batch.Queue queues a statement of a pipelined batch).
+var sqlMethods = map[string]int{"Exec": 1, "Query": 1, "QueryRow": 1, "Queue": 0}
 
 // skipDirs hold no product SQL: test helpers, and the benchmark's scratch databases.
 var skipDirs = map[string]bool{".git": true, "testdata": true, "vendor": true, "sqlcheck": true, "testenv": true,
@@ -147,17 +148,21 @@ func harvestDir(root, dir string) ([]site, error) {
 					return true
 				}
 				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok || !sqlMethods[sel.Sel.Name] || len(call.Args) < 2 {
+				if !ok {
+					return true
+				}
+				arg, isSQL := sqlMethods[sel.Sel.Name]
+				if !isSQL || len(call.Args) <= arg {
 					return true
 				}
 				path, line := rel(call.Pos())
 				s := site{Where: fmt.Sprintf("%s:%d (%s)", path, line, fn.Name.Name), Func: path[:strings.LastIndex(path, "/")+1] + fn.Name.Name}
-				if sql, ok := eval(call.Args[1], 0); ok {
+				if sql, ok := eval(call.Args[arg], 0); ok {
 					s.SQL = sql
 					out = append(out, s)
 					return true
 				}
-				if id, ok := call.Args[1].(*ast.Ident); ok {
+				if id, ok := call.Args[arg].(*ast.Ident); ok {
 					if p, ok := params[id.Name]; ok {
 						helpers[fn.Name.Name] = helper{param: p}
 						return true
@@ -185,7 +190,7 @@ func harvestDir(root, dir string) ([]site, error) {
 				case *ast.Ident:
 					id = fun
 				case *ast.SelectorExpr: // a method helper, m.control(…); pgx's own methods were handled above
-					if sqlMethods[fun.Sel.Name] {
+					if _, isSQL := sqlMethods[fun.Sel.Name]; isSQL {
 						return true
 					}
 					id = fun.Sel

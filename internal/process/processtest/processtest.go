@@ -127,7 +127,15 @@ func (e *Effects) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error
 	}
 	switch {
 	case conflict:
-		return fmt.Errorf("simulated conflict: %w", &pgconn.PgError{Code: "40001", Message: "restart transaction"})
+		// A real conflict of this transaction: the server fails it with 40001, as a
+		// serialization failure would. (A 40001 the handler merely returns is a conflict
+		// elsewhere, its own failure.)
+		_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'restart transaction (simulated)' USING ERRCODE = '40001'; END $$`)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+			return fmt.Errorf("simulating a conflict: want SQLSTATE 40001, got %v", err)
+		}
+		return fmt.Errorf("simulated conflict: %w", err)
 	case s.Panic:
 		panic("simulated panic")
 	case s.Reject:
