@@ -54,7 +54,28 @@ type Config struct {
 	// itself; the rest are counted as over_limit, answered 2xx like poison rows and left
 	// to the sweeper. Default DefaultMaxPendingRows.
 	MaxPendingRows int
+	// ProcessTimeout bounds the processing of one batch. It runs detached from the
+	// request, so that the sink giving up (webhook_client_timeout) does not roll it back;
+	// see Handler. Keep it above the engine's HandlerTimeout. Default DefaultProcessTimeout.
+	ProcessTimeout time.Duration
+	// MaxBatchesInFlight bounds the batches being processed at once; a post that would
+	// start one more is answered 503, and the sink retries it. Default
+	// DefaultMaxBatchesInFlight.
+	MaxBatchesInFlight int
 }
+
+// DefaultProcessTimeout: ten times the engine's default HandlerTimeout (30s). A batch
+// the feed flushes (feed.DefaultFlushMessages rows) runs its events in a few
+// transactions, in sequence within each, so this lets a batch finish even when some
+// handlers run close to their own timeout. Past it, the batch's open transaction is
+// rolled back (committed ones stay) and the sink's next retry starts the rest again.
+const DefaultProcessTimeout = 5 * time.Minute
+
+// DefaultMaxBatchesInFlight: CockroachDB's webhook sink posts at most one batch per I/O
+// worker (changefeed.sink_io_workers, by default GOMAXPROCS capped at 32) on each node
+// that runs a part of the feed; see numSinkIOWorkers in pkg/ccl/changefeedccl/sink.go.
+// Each batch in flight keeps up to MaxPendingRows items in memory.
+const DefaultMaxBatchesInFlight = 64
 
 // DefaultMaxPendingRows: a feed made by "inboxd changefeed create" flushes batches of
 // at most feed.DefaultFlushMessages rows, so this leaves room for feeds flushing a
@@ -92,6 +113,17 @@ const DefaultMaxResolvedAhead = 10 * time.Minute
 // (the sweeper retries those when due) are counted as ignored. What remains costs one
 // short transaction per row, which finds nothing to do for a replay.
 //
+// Outliving the request: the sink's HTTP client gives up after webhook_client_timeout
+// and posts the same batch again, forever (pkg/ccl/changefeedccl/sink_webhook_v2.go,
+// makeWebhookClient; parallel_io.go, emitWithRetries). Processing under the request's
+// context rolled back every try of a batch slower than that timeout, ran its handlers
+// again each time, and blocked the feed. So a batch is processed under the handler's own
+// deadline (Config.ProcessTimeout), detached from the request and ended early only by
+// Shutdown; the request waits for it as long as it lasts. A retry of a batch still in
+// flight in this process joins it: it waits for the same outcome instead of running the
+// handlers again. A retry that comes after it finds the rows recorded (a no-op), and one
+// that reaches another instance waits for the row locks and finds the same.
+//
 // Memory: the body is decoded as it is read and only the pending items are kept, at
 // most Config.MaxPendingRows of them (the rest, counted as over_limit, go to the
 // sweeper), so a body at the cap made of millions of tiny rows costs no more than a
@@ -106,6 +138,8 @@ type Handler struct {
 
 	mu     sync.Mutex
 	latest HLC
+
+	inflight *inflight // batches being processed, by event id
 
 	warn *logx.Limiter // repeated warnings: one line per kind per minute
 }
@@ -124,6 +158,12 @@ func New(cfg Config, proc Processor, db journal.DB, m *metrics.Metrics, log *slo
 	if cfg.MaxPendingRows <= 0 {
 		cfg.MaxPendingRows = DefaultMaxPendingRows
 	}
+	if cfg.ProcessTimeout <= 0 {
+		cfg.ProcessTimeout = DefaultProcessTimeout
+	}
+	if cfg.MaxBatchesInFlight <= 0 {
+		cfg.MaxBatchesInFlight = DefaultMaxBatchesInFlight
+	}
 	if m == nil {
 		m = metrics.New()
 	}
@@ -134,7 +174,7 @@ func New(cfg Config, proc Processor, db journal.DB, m *metrics.Metrics, log *slo
 		log.Warn("the webhook accepts requests without credentials: Config.AuthHeader is empty")
 	}
 	return &Handler{cfg: cfg, proc: proc, db: db, m: m, log: log, auth: sha256.Sum256([]byte(cfg.AuthHeader)),
-		warn: logx.NewLimiter(time.Minute)}
+		warn: logx.NewLimiter(time.Minute), inflight: newInflight()}
 }
 
 // Register mounts the handler on e as POST path.
@@ -222,9 +262,18 @@ func (h *Handler) authorized(got string) bool {
 
 func (h *Handler) failed(c echo.Context, err error) error {
 	h.m.WebhookBatches.WithLabelValues("error").Inc()
-	if errors.Is(err, context.Canceled) {
-		h.log.Info("webhook request canceled; the sink will redeliver", "error", err)
-	} else {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errProcessTimeout):
+		// The sink gave up (its client timeout) or went away; the batch goes on.
+		h.log.Info("webhook request ended before its batch; the sink will redeliver", "error", err)
+	case errors.Is(err, ErrShuttingDown):
+		h.log.Info("webhook batch refused: shutting down; the sink will redeliver")
+	case errors.Is(err, errTooManyBatches):
+		if ok, dropped := h.warn.Allow("too_many"); ok {
+			h.log.Warn("webhook batch refused: Config.MaxBatchesInFlight reached; the sink will redeliver",
+				"max", h.cfg.MaxBatchesInFlight, "similar_not_logged", dropped)
+		}
+	default:
 		h.log.Error("webhook batch not recorded; the sink will redeliver", "error", err)
 	}
 	// The cause stays in the log: database errors name hosts, tables and constraints.
@@ -289,22 +338,21 @@ func (b *batch) add(r Row) {
 	}
 }
 
-// process processes the batch's pending items. It returns counts by disposition.
+// process processes the batch's pending items, or joins the batches in flight that
+// already process them, and waits for the outcome as long as the request lasts. It
+// returns counts by disposition: the outcomes of the items it processed, and "joined"
+// for those another post's batch processed (their outcomes are counted once, by it).
 func (h *Handler) process(ctx context.Context, b *batch) (map[string]int, error) {
 	counts := map[string]int{}
 	for k, n := range map[string]int{"poison": b.poison, "ignored": b.ignored, "over_limit": b.overLimit} {
 		if n > 0 {
 			counts[k] = n
+			h.m.WebhookRows.WithLabelValues(k).Add(float64(n))
 		}
 	}
-	outcomes, err := h.proc.ProcessBatch(ctx, b.items)
-	for _, o := range outcomes {
-		if o != "" {
-			counts[string(o)]++
-		}
-	}
-	for k, n := range counts {
-		h.m.WebhookRows.WithLabelValues(k).Add(float64(n))
+	var err error
+	if len(b.items) > 0 {
+		err = h.await(ctx, b.items, counts)
 	}
 	// One line per batch, whatever its size: a batch of a million bad rows must not
 	// write a million lines. Batches with unusable rows warn, at most once a minute.
@@ -324,6 +372,39 @@ func (h *Handler) process(ctx context.Context, b *batch) (map[string]int, error)
 		h.log.Debug("webhook batch", "rows", b.rows, "counts", counts)
 	}
 	return counts, err
+}
+
+// errProcessTimeout marks a batch that overran Config.ProcessTimeout.
+var errProcessTimeout = errors.New("webhook process timeout")
+
+// await starts or joins the processing of items and waits for it; it adds the
+// outcomes to counts.
+func (h *Handler) await(ctx context.Context, items []process.Item, counts map[string]int) error {
+	own, joined, err := h.start(ctx, items)
+	if err != nil {
+		return err
+	}
+	jobs := []*job{own}
+	seen := map[*job]bool{}
+	for _, j := range joined {
+		if !seen[j] {
+			seen[j] = true
+			jobs = append(jobs, j)
+		}
+	}
+	if err := h.inflight.wait(ctx, jobs...); err != nil {
+		return err
+	}
+	if n := len(joined); n > 0 {
+		counts["joined"] += n
+		h.m.WebhookRows.WithLabelValues("joined").Add(float64(n))
+	}
+	if own != nil {
+		for _, o := range own.outs {
+			counts[string(o)]++
+		}
+	}
+	return nil
 }
 
 func (h *Handler) resolved(ctx context.Context, ts HLC) error {

@@ -79,8 +79,11 @@ type Config struct {
 	MaxAttempts      int
 	ProcessBatchSize int
 	HandlerTimeout   time.Duration
-	SweepInterval    time.Duration
-	SweepGrace       time.Duration
+	// WebhookProcessTimeout bounds the processing of one changefeed batch, which runs
+	// detached from the sink's request (webhook.Config.ProcessTimeout).
+	WebhookProcessTimeout time.Duration
+	SweepInterval         time.Duration
+	SweepGrace            time.Duration
 
 	Retention           time.Duration // PROCESSED and REJECTED journal entries; 0 keeps them forever
 	QuarantineRetention time.Duration // quarantine rows; 0 keeps them forever
@@ -193,6 +196,7 @@ func settings(c *Config) []setting {
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
 		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},
 		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
+		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", "5m", dur(&c.WebhookProcessTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
 		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", "168h", dur(&c.Retention)},
@@ -328,6 +332,10 @@ func (c *Config) Validate() error {
 	}
 	if c.HandlerTimeout < time.Millisecond {
 		problems = append(problems, "handler-timeout must be at least 1ms")
+	}
+	if c.WebhookProcessTimeout < c.HandlerTimeout {
+		problems = append(problems, fmt.Sprintf("webhook-process-timeout (%s) must be at least handler-timeout (%s): a batch must outlast one handler that runs to its timeout, or it is cancelled at every delivery",
+			c.WebhookProcessTimeout, c.HandlerTimeout))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))

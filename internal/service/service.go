@@ -351,6 +351,7 @@ func isCockroach(ctx context.Context, pool *pgxpool.Pool) bool {
 type webhookServer struct {
 	srv *http.Server
 	ln  net.Listener
+	h   *webhook.Handler
 	log *slog.Logger
 }
 
@@ -379,7 +380,8 @@ func (s *Service) newWebhook(engine *process.Engine, relay *outbox.Relay) (*webh
 		s.log.Info("generated the webhook token; inboxd changefeed create sends it",
 			"file", filepath.Join(cfg.CertDir, certs.WebhookTokenFile))
 	}
-	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes)}, engine, s.pool, s.m, s.log.With("component", "webhook"))
+	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes),
+		ProcessTimeout: cfg.WebhookProcessTimeout}, engine, s.pool, s.m, s.log.With("component", "webhook"))
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	h.Register(e, WebhookPath)
@@ -391,7 +393,7 @@ func (s *Service) newWebhook(engine *process.Engine, relay *outbox.Relay) (*webh
 	}
 	srv := &http.Server{Handler: e, TLSConfig: bundle.TLSConfig}
 	httpsec.DefaultLimits.Apply(srv)
-	return &webhookServer{srv: srv, ln: tls.NewListener(ln, bundle.TLSConfig), log: s.log}, nil
+	return &webhookServer{srv: srv, ln: tls.NewListener(ln, bundle.TLSConfig), h: h, log: s.log}, nil
 }
 
 // run serves until ctx ends, then lets requests in flight finish: a batch the sink
@@ -406,10 +408,13 @@ func (w *webhookServer) run(ctx context.Context, grace time.Duration) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	// The batches first: they outlive their requests, and the server waits for the
+	// requests that wait for them.
+	herr := w.h.Shutdown(sctx)
 	if err := w.srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutting the webhook down: %w", err)
+		return errors.Join(herr, fmt.Errorf("shutting the webhook down: %w", err))
 	}
-	return nil
+	return herr
 }
 
 // waitForBroker tries the broker until it answers, at least every second, and logs
