@@ -125,9 +125,12 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 }
 
 type statsResponse struct {
-	Total    int64                       `json:"total"`
-	ByStatus map[string]int64            `json:"by_status"`
-	ByType   map[string]map[string]int64 `json:"by_type"`
+	Total int64 `json:"total"`
+	// Estimated: the journal holds more than journal.ExactCountLimit entries, so total and
+	// by_status.PROCESSED are estimates and by_type has no PROCESSED counts.
+	Estimated bool                        `json:"estimated"`
+	ByStatus  map[string]int64            `json:"by_status"`
+	ByType    map[string]map[string]int64 `json:"by_type"`
 	// OldestPendingAgeSeconds is 0 when nothing is pending.
 	OldestPendingAgeSeconds float64         `json:"oldest_pending_age_seconds"`
 	OldestPendingReceivedAt *time.Time      `json:"oldest_pending_received_at"`
@@ -170,7 +173,7 @@ func (s *Server) journalStats(c echo.Context) error {
 		return Internal("reading feed watermarks", err)
 	}
 	out := statsResponse{
-		Total: st.Total, ByStatus: st.ByStatus, ByType: st.ByType,
+		Total: st.Total, Estimated: st.Estimated, ByStatus: st.ByStatus, ByType: st.ByType,
 		OldestPendingReceivedAt: utcPtr(st.OldestPending),
 		Quarantine:              quarantineStats{Total: st.Quarantined, NotReinjected: st.QuarantineNotReinjected},
 		FeedWatermarks:          make([]watermarkJSON, 0, len(wms)),

@@ -12,12 +12,13 @@ func TestJournalRates(t *testing.T) {
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{"a": 1}, map[string]any{"a": 2}, map[string]any{"a": 3})
 	ctx := context.Background()
 	// One entry received 5 minutes ago and processed 4 minutes ago, one processed now,
-	// one received 20 minutes ago (outside a 10-minute window).
+	// one received 20 minutes ago (outside a 10-minute window). Settling an entry sets
+	// updated_at with processed_at, as the engine does.
 	for _, q := range []struct {
 		sql string
 		id  string
 	}{
-		{`UPDATE journal SET received_at = now() - interval '5 minutes', processed_at = now() - interval '4 minutes', status = 'PROCESSED' WHERE id = $1`, ids[0]},
+		{`UPDATE journal SET received_at = now() - interval '5 minutes', processed_at = now() - interval '4 minutes', updated_at = now() - interval '4 minutes', status = 'PROCESSED' WHERE id = $1`, ids[0]},
 		{`UPDATE journal SET processed_at = now(), status = 'PROCESSED' WHERE id = $1`, ids[1]},
 		{`UPDATE journal SET received_at = now() - interval '20 minutes' WHERE id = $1`, ids[2]},
 	} {

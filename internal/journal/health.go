@@ -18,8 +18,15 @@ import (
 // ahead (claimed, or FAILED and scheduled). Cheap enough to run every second.
 func OldestWaiting(ctx context.Context, db DB, minAge time.Duration) (time.Duration, error) {
 	var secs float64
-	err := db.QueryRow(ctx, `
-		WITH unblocked AS (
+	err := db.QueryRow(ctx, oldestWaitingSQL, minAge.Milliseconds()).Scan(&secs)
+	if err != nil {
+		return 0, fmt.Errorf("reading the oldest waiting event: %w", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// oldestWaitingSQL is OldestWaiting's statement; $1 is minAge in milliseconds.
+const oldestWaitingSQL = `		WITH unblocked AS (
 			SELECT j.status, j.received_at, j.next_attempt_at FROM journal AS j
 			WHERE j.status IN ('RECEIVED', 'FAILED')
 			  AND NOT EXISTS (
@@ -34,9 +41,4 @@ func OldestWaiting(ctx context.Context, db DB, minAge time.Duration) (time.Durat
 			(SELECT received_at FROM unblocked
 			 WHERE status = 'RECEIVED' AND next_attempt_at > now()
 			   AND received_at <= now() - ($1::BIGINT * INTERVAL '1 millisecond')
-			 ORDER BY received_at LIMIT 1))), 0)::FLOAT8`, minAge.Milliseconds()).Scan(&secs)
-	if err != nil {
-		return 0, fmt.Errorf("reading the oldest waiting event: %w", err)
-	}
-	return time.Duration(secs * float64(time.Second)), nil
-}
+			 ORDER BY received_at LIMIT 1))), 0)::FLOAT8`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,66 +88,175 @@ func (m RequeueMode) restrict(f Filter) (Filter, bool) {
 	return f, len(keep) > 0
 }
 
-// CountMatching counts the entries a requeue with f and m would touch (a dry run).
+// CountMatching counts the entries a requeue with f and m would touch (a dry run). It
+// counts through the same indexes as Requeue walks, so a retry's count costs what the
+// FAILED, DEAD and REJECTED entries cost, whatever the journal's size.
 func CountMatching(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error) {
 	f, ok := m.restrict(f)
 	if !ok {
 		return 0, nil
 	}
-	sql, args := countMatchingSQL(f)
-	var n int64
-	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+	var total int64
+	err := eachScope(ctx, db, f, func(sc requeueScope) error {
+		sql, args := countMatchingSQL(f, sc)
+		var n int64
+		if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			return err
+		}
+		total += n
+		return nil
+	})
+	if err != nil {
 		return 0, fmt.Errorf("counting entries to %s: %w", m, err)
 	}
-	return n, nil
+	return total, nil
 }
 
-func countMatchingSQL(f Filter) (string, []any) {
+func countMatchingSQL(f Filter, sc requeueScope) (string, []any) {
 	var args []any
-	return "SELECT count(*) FROM journal" + whereClause(where(f, &args)), args
+	return "SELECT count(*) FROM journal" + whereClause(sc.where(f, &args)), args
 }
 
 // RequeueBatchSize bounds the rows one requeue statement updates, keeping each implicit
 // transaction small (CockroachDB retries and intent sizes grow with the transaction).
 const RequeueBatchSize = 500
 
+// requeueScope is one index range that a bulk requeue walks in sequence_no order, by
+// keyset: each batch continues where the previous one stopped, so no batch sorts or
+// rereads the entries before it. Entries in FAILED, DEAD or REJECTED are walked one
+// status at a time through journal_attention (status, sequence_no); any other selection
+// one event type at a time through journal_type_seq (event_type, sequence_no).
+type requeueScope struct {
+	status    string // one of attentionStatuses, written into the SQL as a literal
+	eventType string // when status is ""
+}
+
+// attentionStatuses are journal_attention's statuses, in the order a requeue walks them:
+// FAILED first, so that the DEAD and REJECTED entries a retry turns FAILED are not
+// walked (and counted) a second time.
+var attentionStatuses = []string{StatusFailed, StatusDead, StatusRejected}
+
+// where is f's WHERE conditions restricted to the scope. A status is a literal, not a
+// parameter, so that the planner proves journal_attention's predicate even in a
+// generic plan.
+func (sc requeueScope) where(f Filter, args *[]any) []string {
+	if sc.status != "" {
+		f.Statuses = nil
+	} else {
+		f.EventType = sc.eventType
+	}
+	conds := where(f, args)
+	if sc.status != "" {
+		conds = append(conds, "status = '"+sc.status+"'")
+	}
+	return conds
+}
+
+// attentionOnly reports whether every status f selects is one of journal_attention's.
+func attentionOnly(f Filter) bool {
+	if len(f.Statuses) == 0 {
+		return false
+	}
+	for _, s := range f.Statuses {
+		if s != StatusFailed && s != StatusDead && s != StatusRejected {
+			return false
+		}
+	}
+	return true
+}
+
+// nextTypeSQL is the first event type after $1: one descent of journal_type_seq.
+const nextTypeSQL = `SELECT event_type FROM journal WHERE event_type > $1::TEXT ORDER BY event_type LIMIT 1`
+
+// eachScope calls fn with every scope that f's entries lie in.
+func eachScope(ctx context.Context, db DB, f Filter, fn func(requeueScope) error) error {
+	if attentionOnly(f) {
+		for _, s := range attentionStatuses {
+			if !slices.Contains(f.Statuses, s) {
+				continue
+			}
+			if err := fn(requeueScope{status: s}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if f.EventType != "" {
+		return fn(requeueScope{eventType: f.EventType})
+	}
+	// Every event type, found one index descent at a time ("" sorts first).
+	typ := ""
+	for {
+		err := db.QueryRow(ctx, nextTypeSQL, typ).Scan(&typ)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("finding the next event type: %w", err)
+		}
+		if err := fn(requeueScope{eventType: typ}); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// upperSQL is a scope's highest sequence_no: the last entry of its index range.
+func (sc requeueScope) upperSQL() (string, []any) {
+	if sc.status != "" {
+		return "SELECT coalesce(max(sequence_no), 0) FROM journal WHERE status = '" + sc.status + "'", nil
+	}
+	return `SELECT coalesce(max(sequence_no), 0) FROM journal WHERE event_type = $1::TEXT`, []any{sc.eventType}
+}
+
 // Requeue requeues every entry matching f that m may touch and returns how many it
-// requeued. It walks the matching entries in sequence_no order, one batch per statement,
-// up to the highest sequence_no present when it started, so entries ingested meanwhile
-// cannot keep it running. It is not one transaction: if it fails halfway the entries
-// already requeued stay requeued, and running it again is harmless.
+// requeued. It walks the matching entries scope by scope (see requeueScope), in
+// sequence_no order, one batch per statement, up to the highest sequence_no the scope
+// held when its walk started, so entries ingested meanwhile cannot keep it running. It
+// is not one transaction: if it fails halfway the entries already requeued stay
+// requeued, and running it again is harmless.
 func Requeue(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error) {
 	f, ok := m.restrict(f)
 	if !ok {
 		return 0, nil
 	}
-	var upper int64
-	if err := db.QueryRow(ctx, `SELECT coalesce(max(sequence_no), 0) FROM journal`).Scan(&upper); err != nil {
-		return 0, fmt.Errorf("reading highest sequence number: %w", err)
-	}
 	var total int64
-	var after int64 // sequence numbers start at 1
-	for {
-		sql, args := requeueSQL(f, m, after, upper)
-		var picked, last, updated int64
-		if err := db.QueryRow(ctx, sql, args...).Scan(&picked, &last, &updated); err != nil {
-			return total, fmt.Errorf("requeueing entries (%s): %w", m, err)
+	err := eachScope(ctx, db, f, func(sc requeueScope) error {
+		sql, args := sc.upperSQL()
+		var upper int64
+		if err := db.QueryRow(ctx, sql, args...).Scan(&upper); err != nil {
+			return fmt.Errorf("reading highest sequence number: %w", err)
 		}
-		total += updated
-		if picked < RequeueBatchSize {
-			return total, nil
+		var after int64 // sequence numbers start at 1
+		for {
+			sql, args := requeueSQL(f, m, sc, after, upper)
+			var picked, last, updated int64
+			if err := db.QueryRow(ctx, sql, args...).Scan(&picked, &last, &updated); err != nil {
+				return err
+			}
+			total += updated
+			if picked < RequeueBatchSize {
+				return nil
+			}
+			after = last
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
-		after = last
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+	})
+	if err != nil {
+		return total, fmt.Errorf("requeueing entries (%s): %w", m, err)
 	}
+	return total, nil
 }
 
-// requeueSQL builds one batch of Requeue: entries matching f with after < sequence_no <= upper.
-func requeueSQL(f Filter, m RequeueMode, after, upper int64) (string, []any) {
+// requeueSQL builds one batch of Requeue: entries of scope sc matching f with
+// after < sequence_no <= upper, the next RequeueBatchSize in the scope's index order.
+func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (string, []any) {
 	var args []any
-	conds := where(f, &args)
+	conds := sc.where(f, &args)
 	args = append(args, after, upper, RequeueBatchSize)
 	n := len(args)
 	conds = append(conds, fmt.Sprintf("sequence_no > $%d::INT8 AND sequence_no <= $%d::INT8", n-2, n-1))
@@ -162,7 +272,7 @@ func requeueSQL(f Filter, m RequeueMode, after, upper int64) (string, []any) {
 			),
 			upd AS (
 				UPDATE journal SET `+requeueSet+`
-				WHERE id IN (SELECT id FROM picked)`+recheck+`
+				WHERE id = ANY (ARRAY(SELECT id FROM picked))`+recheck+`
 				RETURNING 1
 			)
 			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd)`, n), args

@@ -182,57 +182,6 @@ func Get(ctx context.Context, db DB, id string) (Record, error) {
 	return r, nil
 }
 
-// Stats summarises the journal and the quarantine.
-type Stats struct {
-	Now      time.Time                   // the database's clock, to compute ages against
-	ByStatus map[string]int64            // every status, zero included
-	ByType   map[string]map[string]int64 // event type → status → count
-	Total    int64
-	// OldestPending is the received_at of the oldest RECEIVED or FAILED entry; nil when none.
-	OldestPending           *time.Time
-	Quarantined             int64
-	QuarantineNotReinjected int64
-}
-
-// ReadStats counts entries by type and status. It scans the journal: an operator
-// endpoint, not something to poll every second on a very large table.
-func ReadStats(ctx context.Context, db DB) (Stats, error) {
-	s := Stats{ByStatus: make(map[string]int64, len(Statuses)), ByType: map[string]map[string]int64{}}
-	for _, st := range Statuses {
-		s.ByStatus[st] = 0
-	}
-	rows, err := db.Query(ctx, `SELECT event_type, status, count(*) FROM journal GROUP BY event_type, status`)
-	if err != nil {
-		return Stats{}, fmt.Errorf("counting journal entries: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var typ, status string
-		var n int64
-		if err := rows.Scan(&typ, &status, &n); err != nil {
-			return Stats{}, fmt.Errorf("counting journal entries: %w", err)
-		}
-		s.ByStatus[status] += n
-		if s.ByType[typ] == nil {
-			s.ByType[typ] = map[string]int64{}
-		}
-		s.ByType[typ][status] = n
-		s.Total += n
-	}
-	if err := rows.Err(); err != nil {
-		return Stats{}, fmt.Errorf("counting journal entries: %w", err)
-	}
-	err = db.QueryRow(ctx, `SELECT now(),
-		(SELECT min(received_at) FROM journal WHERE status IN ('RECEIVED', 'FAILED')),
-		(SELECT count(*) FROM quarantine),
-		(SELECT count(*) FROM quarantine WHERE reinjected_at IS NULL)`).
-		Scan(&s.Now, &s.OldestPending, &s.Quarantined, &s.QuarantineNotReinjected)
-	if err != nil {
-		return Stats{}, fmt.Errorf("reading pending age and quarantine count: %w", err)
-	}
-	return s, nil
-}
-
 // Watermark is the changefeed's latest resolved timestamp for one sink.
 type Watermark struct {
 	Sink       string

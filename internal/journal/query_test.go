@@ -258,6 +258,47 @@ func TestRequeue(t *testing.T) {
 	}
 }
 
+// TestRequeueScopes: a requeue walks each status (retry) or each event type (replay
+// with no type) by keyset; every entry is requeued and counted once, across batches,
+// and a DEAD entry turned FAILED is not walked again by the FAILED pass.
+func TestRequeueScopes(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	n := journal.RequeueBatchSize + 10
+	regs := seed(t, db.Pool, "registration", n, func(int) string { return "mga" })
+	pays := seed(t, db.Pool, "payment", 3, func(int) string { return "mga" })
+	setStatus(t, db.Pool, journal.StatusDead, regs[:n-2]...)
+	setStatus(t, db.Pool, journal.StatusFailed, regs[n-2:]...)
+	setStatus(t, db.Pool, journal.StatusRejected, pays...)
+	tests := []struct {
+		name string
+		f    journal.Filter
+		m    journal.RequeueMode
+		want int64
+	}{
+		{"retry every status", journal.Filter{}, journal.Retry, int64(n + 3)},
+		{"replay every type since an hour ago", journal.Filter{Since: time.Now().Add(-time.Hour)}, journal.Replay, int64(n + 3)},
+		{"replay until an hour ago", journal.Filter{Until: time.Now().Add(-time.Hour)}, journal.Replay, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dry, err := journal.CountMatching(ctx, db.Pool, tt.f, tt.m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := journal.Requeue(ctx, db.Pool, tt.f, tt.m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want || dry != tt.want {
+				t.Errorf("requeued %d (dry run %d), want %d", got, dry, tt.want)
+			}
+		})
+		setStatus(t, db.Pool, journal.StatusDead, regs[:n-2]...)
+		setStatus(t, db.Pool, journal.StatusRejected, pays...)
+	}
+}
+
 func TestReinject(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)

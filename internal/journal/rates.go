@@ -14,9 +14,13 @@ type RateBucket struct {
 }
 
 // Rates counts new journal rows and processed entries per bucket over the last window,
-// on the database's clock, oldest bucket first and empty buckets included. Like
-// ReadStats it scans the journal (received_at and processed_at carry no index, which
-// would cost ingest on every insert): an operator's view, not a per-second poll.
+// on the database's clock, oldest bucket first and empty buckets included. It reads
+// the partial indexes only, so its cost follows the window's traffic and the pending
+// work, not the journal's size (received_at and processed_at carry no index, which
+// would cost ingest on every insert): an entry settled in the window is found through
+// journal_terminal (updated_at, which is its processed_at, and never before its
+// received_at), one still pending through journal_pending, a DEAD one through
+// journal_attention.
 func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
 	if bucket <= 0 || window < bucket {
 		return nil, time.Time{}, fmt.Errorf("rates: window %s must be at least one bucket of %s", window, bucket)
@@ -37,11 +41,7 @@ func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBuck
 	for i := range out {
 		out[i].Start = first.Add(time.Duration(i) * bucket).UTC()
 	}
-	rows, err := db.Query(ctx, `SELECT b, sum(r)::INT8, sum(p)::INT8 FROM (
-		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p FROM journal WHERE received_at >= $1
-		UNION ALL
-		SELECT floor(extract(epoch FROM processed_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal WHERE processed_at >= $1
-	) AS t GROUP BY b`, first, bucket.Seconds())
+	rows, err := db.Query(ctx, ratesSQL, first, bucket.Seconds())
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("counting journal rates: %w", err)
 	}
@@ -60,3 +60,20 @@ func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBuck
 	}
 	return out, now.UTC(), nil
 }
+
+// ratesSQL buckets the entries received ($1 is the window's start, $2 the bucket width in
+// seconds) and settled in the window. Statuses are literals so that each branch's filter
+// proves its partial index's predicate.
+const ratesSQL = `SELECT b, sum(r)::INT8, sum(p)::INT8 FROM (
+		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p FROM journal
+		WHERE status IN ('RECEIVED', 'FAILED') AND received_at >= $1::TIMESTAMPTZ
+		UNION ALL
+		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8, 1, 0 FROM journal
+		WHERE status = 'DEAD' AND received_at >= $1::TIMESTAMPTZ
+		UNION ALL
+		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8, 1, 0 FROM journal
+		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at >= $1::TIMESTAMPTZ AND received_at >= $1::TIMESTAMPTZ
+		UNION ALL
+		SELECT floor(extract(epoch FROM updated_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal
+		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at >= $1::TIMESTAMPTZ
+	) AS t GROUP BY b`

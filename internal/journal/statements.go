@@ -37,15 +37,19 @@ func BuiltStatements() []Statement {
 			sql, _ := listSQL(f, p)
 			add("List/"+name, sql)
 		}
-		sql, _ := countMatchingSQL(f)
-		add("CountMatching/"+name, sql)
 		for _, m := range []RequeueMode{Retry, Replay} {
 			g, ok := m.restrict(f)
 			if !ok {
 				continue
 			}
-			sql, _ := requeueSQL(g, m, 0, 1000)
-			add("Requeue/"+m.String()+"/"+name, sql)
+			for _, sc := range []requeueScope{{status: StatusDead}, {eventType: "registration"}} {
+				sql, _ := countMatchingSQL(g, sc)
+				add("CountMatching/"+name, sql)
+				sql, _ = requeueSQL(g, m, sc, 0, 1000)
+				add("Requeue/"+m.String()+"/"+name, sql)
+				sql, _ = sc.upperSQL()
+				add("Requeue/upper", sql)
+			}
 		}
 	}
 	for _, reason := range []string{"", "not_json"} {
