@@ -13,6 +13,7 @@ import (
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/process"
 )
 
 func init() {
@@ -70,6 +71,15 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		} else if opts.CACertBase64, err = readCA(cfg); err != nil {
 			return opts, err
 		}
+		// The sink's timeout, the batch size and the handler timeout: refused if they
+		// cannot work together, else explained.
+		explain, err := feed.CheckTiming(feed.Timing{ClientTimeout: opts.ClientTimeout, FlushMessages: opts.Flush.Messages,
+			Retry: opts.Retry, HandlerTimeout: cfg.HandlerTimeout, ProcessTimeout: cfg.WebhookProcessTimeout,
+			Workers: process.Parts(opts.Flush.Messages, cfg.Concurrency)})
+		if err != nil {
+			return opts, err
+		}
+		fmt.Fprint(e.stderr, explain)
 		return opts, nil
 	}
 	if dryRun {

@@ -275,7 +275,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 	if len(items) == 0 {
 		return outcomes, nil
 	}
-	parts := min(e.cfg.Concurrency, (len(items)+31)/32)
+	parts := Parts(len(items), e.cfg.Concurrency)
 	byPart := make([][]string, parts)
 	seen := map[string]bool{}
 	for _, it := range items {
