@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -272,16 +271,23 @@ func (s *Server) adminReinject(c echo.Context) error {
 			return BadRequest("invalid JSON body", "trailing data after the JSON object")
 		}
 	}
-	if req.Destination != "" && !validDestination(req.Destination) {
-		return BadRequest("invalid destination", map[string]string{"destination": "must start with /queue/ or /topic/"})
+	if req.Destination != "" {
+		// Emit's rule: a composite destination (commas) or a wildcard would copy the
+		// quarantined body, personal data included, to destinations nobody named.
+		if err := message.CheckDestination(req.Destination); err != nil {
+			return BadRequest("invalid destination", map[string]string{"destination": err.Error()})
+		}
 	}
 	var dest string
-	var pubErr error
+	var pubErr, destErr error
 	res, err := journal.Reinject(c.Request().Context(), s.cfg.Pool, id, req.Force,
 		func(ctx context.Context, q journal.QuarantineRecord, raw []byte) error {
 			dest = q.Destination
 			if req.Destination != "" {
 				dest = req.Destination
+			}
+			if destErr = message.CheckDestination(dest); destErr != nil {
+				return destErr // a row journaled before the rule, or from a composite subscription
 			}
 			headers := map[string]string{HeaderReinjectedFrom: q.ID}
 			for _, h := range reinjectHeaders {
@@ -297,6 +303,9 @@ func (s *Server) adminReinject(c echo.Context) error {
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return notFound("no quarantine row with this id")
+	case destErr != nil:
+		return BadRequest("invalid destination", map[string]string{"destination": destErr.Error(),
+			"hint": `give a valid one: {"destination": "/queue/<name>"}`})
 	case pubErr != nil:
 		s.audit(c, "reinject", "id", id, "destination", dest, "count", 0, "err", pubErr.Error())
 		return Unavailable("broker unavailable", map[string]string{"id": id, "hint": "nothing was marked; retry"}, nil)
@@ -310,11 +319,6 @@ func (s *Server) adminReinject(c echo.Context) error {
 	}
 	s.audit(c, "reinject", "id", id, "destination", dest, "force", req.Force, "count", boolCount(res.Published))
 	return c.JSON(http.StatusOK, out)
-}
-
-func validDestination(d string) bool {
-	return (strings.HasPrefix(d, "/queue/") || strings.HasPrefix(d, "/topic/")) && len(d) > len("/queue/") &&
-		len(d) <= 512 && validText(d) && !strings.ContainsAny(d, "\r\n")
 }
 
 func boolCount(b bool) int {

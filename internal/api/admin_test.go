@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -356,5 +357,35 @@ func TestAdminQuarantine(t *testing.T) {
 	}
 	if logged < 3 {
 		t.Errorf("reinject actions logged %d times, want at least 3", logged)
+	}
+}
+
+// Issue 18, item 6: re-inject checks its destination with Emit's rule. A comma is an
+// ActiveMQ composite destination: one re-inject would copy quarantined (personal) data
+// to every destination listed. Wildcards and names Emit refuses are refused too, with a
+// 400 that says why, and nothing is published.
+func TestReinjectDestinationRule(t *testing.T) {
+	h := newHarness(t, nil)
+	ids := seedQuarantine(t, h, []byte(`{"no":"id"}`))
+	for _, dest := range []string{
+		"/queue/fixed,/queue/attacker",
+		"/queue/fixed,/topic/everyone",
+		"/topic/orders.>",
+		"/queue/a*",
+		"/queue/with space",
+		"/queue/" + strings.Repeat("x", 201),
+	} {
+		r := h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", `{"destination":`+strconv.Quote(dest)+`}`)
+		expectError(t, r, 400)
+		if !strings.Contains(string(r.Body), "must be /queue/") {
+			t.Errorf("%q: the 400 does not say which destinations are valid: %s", dest, r.Body)
+		}
+	}
+	if n := len(h.pub.Sent()); n != 0 {
+		t.Fatalf("%d messages published to refused destinations", n)
+	}
+	r := h.do(t, "POST", "/admin/quarantine/"+ids[0]+"/reinject", `{"destination":"/queue/fixed"}`)
+	if r.Code != 200 || len(h.pub.Sent()) != 1 {
+		t.Errorf("valid destination: %d %s", r.Code, r.Body)
 	}
 }

@@ -219,10 +219,7 @@ func (o Outgoing) group() string {
 	return o.Headers["aggregate-id"]
 }
 
-var (
-	destinationRE = regexp.MustCompile(`^/(queue|topic)/[A-Za-z0-9_.:-]{1,200}$`)
-	headerNameRE  = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-)
+var headerNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // reserved headers are set by the relay or the STOMP layer, never by the emitter.
 var reserved = map[string]bool{
@@ -232,9 +229,8 @@ var reserved = map[string]bool{
 
 // Validate checks o and returns its canonical id (a new one when o.ID is empty).
 func (o Outgoing) Validate() (string, error) {
-	if !destinationRE.MatchString(o.Destination) {
-		// No commas or wildcards: ActiveMQ would fan a message out to several destinations.
-		return "", fmt.Errorf("%w: destination %q must be /queue/<name> or /topic/<name>, the name at most 200 letters, digits or _.:-", ErrInvalid, message.Truncate(o.Destination, 80))
+	if err := message.CheckDestination(o.Destination); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err) // the rule re-inject uses too
 	}
 	if len(o.Body) > MaxBodyBytes {
 		return "", fmt.Errorf("%w: body of %d bytes exceeds %d", ErrInvalid, len(o.Body), MaxBodyBytes)
