@@ -29,5 +29,12 @@ done
 # Changefeeds need rangefeeds:
 # https://www.cockroachlabs.com/docs/stable/create-and-configure-changefeeds#enable-rangefeeds
 "$crdb" sql --insecure --host="$host" -e "SET CLUSTER SETTING kv.rangefeed.enabled = true;"
+# A licence key lifts the throttle of a multi-node cluster (docker-compose.yml, top):
+# https://www.cockroachlabs.com/docs/stable/licensing-faqs#set-a-license
+if [[ -n "${CRDB_LICENSE_KEY:-}" ]]; then
+  [[ "$CRDB_LICENSE_KEY" =~ ^[A-Za-z0-9+/=_.-]+$ ]] || { log "CRDB_LICENSE_KEY has characters a licence key does not"; exit 1; }
+  "$crdb" sql --insecure --host="$host" -e "SET CLUSTER SETTING enterprise.license = '${CRDB_LICENSE_KEY}';" >/dev/null
+  log "licence key set"
+fi
 "$crdb" sql --insecure --host="$host" -e "CREATE DATABASE IF NOT EXISTS ${db};"
 log "rangefeeds enabled, database ${db} ready"

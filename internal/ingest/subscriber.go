@@ -235,6 +235,9 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 			dbOut.Fail("journal write failed: dropped the broker connection without acking the batch, "+
 				"so the broker will redeliver it; waiting for the database"+oncePerOutage, commitErr.Err)
 			s.reconnected("db")
+			if journal.IsLicenseThrottled(commitErr.Err) && !sleepCtx(ctx, journal.ThrottledWait) {
+				return // a probe a second would only add to the transactions the throttle counts
+			}
 			if !s.waitDB(ctx, &bo, log) {
 				return
 			}
@@ -258,6 +261,18 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		if bo.Wait(ctx) != nil {
 			return
 		}
+	}
+}
+
+// sleepCtx waits d, or less when ctx ends (then it reports false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -42,6 +43,26 @@ func IsUnavailable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// CodeLicenseThrottled is CockroachDB's XXC02 (pgcode.CCLValidLicenseRequired). An
+// unlicensed multi-node cluster, 7 days after init, refuses every user statement with it
+// while more than 5 user transactions are open on the gateway node, implicit one-statement
+// transactions included (pkg/server/license/enforcer.go, MaybeFailIfThrottled, called
+// for each statement in pkg/sql/conn_executor_exec.go with the node's sql.txns.open).
+const CodeLicenseThrottled = "XXC02"
+
+// ThrottledWait is how long a loop waits after CockroachDB's license throttle refused it.
+// Retrying at once only adds transactions to a node that counts them; the throttle lifts
+// when others finish (or a license key is installed), not sooner for asking.
+const ThrottledWait = 10 * time.Second
+
+// IsLicenseThrottled reports CockroachDB's license throttle (XXC02). It is also
+// IsUnavailable, so no row is ever quarantined for it; loops wait ThrottledWait before
+// trying again, and processing counts no attempt against the events it could not run.
+func IsLicenseThrottled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == CodeLicenseThrottled
 }
 
 // maxRefusalDetail bounds the database's message kept in quarantine.detail.

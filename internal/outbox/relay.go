@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -146,6 +147,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			out.Fail("outbox relay pass failed; retrying at least every second, logged once per outage", err)
+			if journal.IsLicenseThrottled(err) {
+				// CockroachDB's license throttle counts open transactions: asking every
+				// second only adds to them.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(journal.ThrottledWait):
+				}
+			}
 			if backoff.Wait(ctx) != nil {
 				return nil
 			}

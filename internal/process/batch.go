@@ -485,7 +485,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 				return nil, err
 			}
 		}
-		if isRetryable(herr) && txAborted(tx) {
+		if notTheHandlers(herr) && txAborted(tx) {
 			return nil, herr
 		}
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {

@@ -303,8 +303,8 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 			return nil, nil
 		}
 	}
-	if isRetryable(herr) && txAborted(tx) {
-		return nil, herr // restart the whole transaction, do not count an attempt
+	if notTheHandlers(herr) && txAborted(tx) {
+		return nil, herr // restart or abort the whole transaction, do not count an attempt
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("running handler: %w", ctx.Err())

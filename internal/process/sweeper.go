@@ -136,6 +136,17 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 			err = s.e.chain(wctx, completed(outs, heads), outs)
 		}
 		switch {
+		case err != nil && journal.IsLicenseThrottled(err):
+			// Not the tick or a kick: each try is one more open transaction on a node
+			// that refuses because it counts them.
+			out.Fail("processing refused by CockroachDB's license throttle (XXC02): more than 5 open transactions "+
+				"on an unlicensed multi-node cluster; trying again every "+journal.ThrottledWait.String()+
+				" (install a license key, or run a single node)", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(journal.ThrottledWait):
+			}
+			continue
 		case err != nil:
 			if ctx.Err() == nil {
 				out.Fail("processing failed; retrying quietly until it works again", err)

@@ -8,6 +8,8 @@ import (
 	"github.com/cockroachdb/cockroach-go/v2/crdb"
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
 )
 
 // executeTx is crdbpgx.ExecuteTx with one difference: a failed COMMIT is reported.
@@ -59,4 +61,14 @@ func isRetryable(err error) bool {
 		return e.SQLState() == "40001" || e.SQLState() == "CR000"
 	}
 	return false
+}
+
+// notTheHandlers reports an error a handler returned that says nothing about the event
+// when its statement in the batch's transaction failed with it (callers check txAborted):
+// a conflict the whole transaction must retry (isRetryable), or CockroachDB's license
+// throttle (journal.IsLicenseThrottled), which refuses any statement while too many
+// transactions are open. Either aborts the batch and counts no attempt, so that a
+// throttled cluster never turns events DEAD.
+func notTheHandlers(err error) bool {
+	return isRetryable(err) || journal.IsLicenseThrottled(err)
 }
