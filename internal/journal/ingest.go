@@ -118,6 +118,26 @@ ins AS (
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ),
+heads AS (
+	-- The head of each aggregate that had none; see heads.go. DO UPDATE rather than DO
+	-- NOTHING: it takes the row lock that orders ingest with SyncHeads. Unreferenced, it
+	-- still runs once on both databases (common-table-expressions#data-modifying-statements).
+	INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received)
+	SELECT DISTINCT ON (i.aggregate_id) i.aggregate_id, (i.payload->>'id')::UUID, b.first_seq + i.ord - 1, now(), true
+	FROM input AS i CROSS JOIN block AS b
+	WHERE (i.payload->>'id')::UUID IN (SELECT id FROM ins)
+	ORDER BY i.aggregate_id, i.ord
+	ON CONFLICT (aggregate_id) DO UPDATE SET
+	    head_id = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
+	                   THEN excluded.head_id ELSE aggregate_head.head_id END,
+	    due_at = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
+	                  THEN excluded.due_at ELSE aggregate_head.due_at END,
+	    received = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
+	                    THEN true ELSE aggregate_head.received END,
+	    head_seq = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
+	                    THEN excluded.head_seq ELSE aggregate_head.head_seq END
+	RETURNING 1
+),
 bad AS (
 	SELECT b.id::UUID AS id, b.reason, b.detail, b.destination, b.message_id, b.headers::JSONB AS headers,
 	       b.body, NULLIF(b.event_id, '')::UUID AS event_id, false AS found_here

@@ -27,14 +27,23 @@ var RetryableStatuses = []string{StatusFailed, StatusDead, StatusRejected}
 // ErrNotRetryable is returned by RetryOne for an entry that is not FAILED, DEAD or REJECTED.
 var ErrNotRetryable = errors.New("entry is not FAILED, DEAD or REJECTED")
 
-const requeueSet = `status = 'FAILED', attempts = 0, next_attempt_at = now(), updated_at = now()`
+const requeueSet = `status = 'FAILED', attempts = 0, next_attempt_at = now(), updated_at = now(),
+	skipped_by = NULL, skipped_at = NULL`
 
 // RetryOne requeues one FAILED, DEAD or REJECTED entry. It returns the entry as it is
 // afterwards; for an entry in another status it returns the entry and ErrNotRetryable.
-func RetryOne(ctx context.Context, db DB, id string) (Record, error) {
-	r, err := scanRecord(db.QueryRow(ctx, `UPDATE journal SET `+requeueSet+`
-		WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
-		RETURNING `+recordColumns, id))
+func RetryOne(ctx context.Context, db TxDB, id string) (Record, error) {
+	var r Record
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanRecord(tx.QueryRow(ctx, `UPDATE journal SET `+requeueSet+`
+			WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
+			RETURNING `+recordColumns, id))
+		if err != nil {
+			return err
+		}
+		return SyncHeads(ctx, tx, []string{r.AggregateID})
+	})
 	if err == nil {
 		return r, nil
 	}
@@ -217,7 +226,7 @@ func (sc requeueScope) upperSQL() (string, []any) {
 // held when its walk started, so entries ingested meanwhile cannot keep it running. It
 // is not one transaction: if it fails halfway the entries already requeued stay
 // requeued, and running it again is harmless.
-func Requeue(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error) {
+func Requeue(ctx context.Context, db TxDB, f Filter, m RequeueMode) (int64, error) {
 	f, ok := m.restrict(f)
 	if !ok {
 		return 0, nil
@@ -233,7 +242,14 @@ func Requeue(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error)
 		for {
 			sql, args := requeueSQL(f, m, sc, after, upper)
 			var picked, last, updated int64
-			if err := db.QueryRow(ctx, sql, args...).Scan(&picked, &last, &updated); err != nil {
+			err := inTx(ctx, db, func(tx pgx.Tx) error {
+				var aggs []string
+				if err := tx.QueryRow(ctx, sql, args...).Scan(&picked, &last, &updated, &aggs); err != nil {
+					return err
+				}
+				return SyncHeads(ctx, tx, aggs)
+			})
+			if err != nil {
 				return err
 			}
 			total += updated
@@ -273,9 +289,10 @@ func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (s
 			upd AS (
 				UPDATE journal SET `+requeueSet+`
 				WHERE id = ANY (ARRAY(SELECT id FROM picked))`+recheck+`
-				RETURNING 1
+				RETURNING aggregate_id
 			)
-			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd)`, n), args
+			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd),
+			       ARRAY(SELECT DISTINCT aggregate_id FROM upd)`, n), args
 }
 
 // Beginner starts a transaction; *pgxpool.Pool is one.

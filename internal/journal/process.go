@@ -139,7 +139,8 @@ func RowsAsJSON(ctx context.Context, db DB, ids []string) ([]json.RawMessage, er
 }
 
 // Head is a pending entry locked by a processing batch. Blocked reports an earlier
-// entry of its aggregate still RECEIVED or FAILED outside the batch.
+// entry of its aggregate still RECEIVED or FAILED outside the batch, or an earlier DEAD
+// entry, not skipped, that parks the aggregate.
 type Head struct {
 	Pending
 	Blocked bool
@@ -161,51 +162,6 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 	return out, nil
 }
 
-// ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the
-// earliest pending entry of their aggregate: FAILED entries whose next attempt has come,
-// and RECEIVED entries older than grace. Rows another transaction holds are skipped
-// (SKIP LOCKED), so concurrent batches, in this instance or another, never wait for one
-// another and never take the same entry. The lock is the claim: it ends with tx, so a
-// dead worker's entries are free again at once.
-//
-// aggregates, when not nil, restricts the claim to those aggregates (the successors of
-// a delivery just processed), and then a row another transaction holds is waited for,
-// in sequence order: that transaction may be a delivery that is deferring the very
-// successor this claim is meant to move on, and skipping it would strand it.
-// https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
-func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
-	args := []any{grace.Milliseconds(), limit}
-	if aggregates != nil {
-		args = append(args, aggregates)
-	}
-	rows, err := tx.Query(ctx, claimHeadsSQL(aggregates != nil), args...)
-	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
-	}
-	return scanHeads(rows, "claiming due journal entries")
-}
-
-// claimHeadsSQL is ClaimHeads' statement: two statements rather than one with
-// "$3 IS NULL OR ...", which a generic plan could only serve with a scan of every
-// pending row.
-func claimHeadsSQL(byAggregate bool) string {
-	filter, order := ``, `ORDER BY j.next_attempt_at LIMIT $2::INT8 FOR UPDATE SKIP LOCKED`
-	if byAggregate {
-		filter, order = `AND j.aggregate_id = ANY ($3::TEXT[])`, `ORDER BY j.sequence_no LIMIT $2::INT8 FOR UPDATE`
-	}
-	return `
-		SELECT ` + headColumns + `, false
-		FROM journal AS j
-		WHERE j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $1::INT8 * INTERVAL '1 millisecond')
-		  ` + filter + `
-		  AND NOT EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-			  AND p.status IN ('RECEIVED', 'FAILED'))
-		` + order
-}
-
 // LockBatch locks, for the rest of tx, those of ids that are still pending, in
 // sequence order (so that two batches sharing entries lock them in the same order and
 // cannot deadlock). A row another transaction holds is waited for and re-read.
@@ -216,6 +172,10 @@ func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
 			SELECT 1 FROM journal AS p
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
 			  AND p.status IN ('RECEIVED', 'FAILED') AND p.id <> ALL ($1::UUID[]))
+		       OR EXISTS (
+			SELECT 1 FROM journal AS p
+			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			  AND p.status = 'DEAD' AND p.skipped_at IS NULL)
 		FROM journal AS j
 		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED')
 		ORDER BY j.sequence_no

@@ -38,6 +38,13 @@ func TestClaimHeads(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'FAILED', next_attempt_at = now() + INTERVAL '1 hour' WHERE id = $1`, other[0]); err != nil {
 		t.Fatal(err)
 	}
+	sync := func() {
+		t.Helper()
+		if err := journal.SyncHeads(ctx, db.Pool, []string{"a", "bb"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
 	heads := func(grace time.Duration) []string {
 		t.Helper()
 		got, err := journal.ClaimHeads(ctx, db.Pool, grace, 100, nil)
@@ -57,6 +64,7 @@ func TestClaimHeads(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'PROCESSED' WHERE id = ANY ($1::UUID[])`, []string{ids[0], other[0]}); err != nil {
 		t.Fatal(err)
 	}
+	sync()
 	if got := heads(0); len(got) != 2 || got[0] == got[1] {
 		t.Errorf("heads = %v, want the next of each aggregate", got)
 	}
@@ -104,8 +112,20 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if err := journal.MarkDead(ctx, db.Pool, ids[0], "x"); err != nil {
 		t.Fatal(err)
 	}
+	if err := journal.SyncHeads(ctx, db.Pool, []string{"agg"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := head(); len(got) != 0 {
+		t.Errorf("head of agg after its first is DEAD = %v, want none: a DEAD head parks its aggregate", got)
+	}
+	if err := journal.SkipDead(ctx, db.Pool, ids[:1], "tester"); err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.SyncHeads(ctx, db.Pool, []string{"agg"}); err != nil {
+		t.Fatal(err)
+	}
 	if got := head(); len(got) != 1 || got[0] != ids[1] {
-		t.Errorf("head of agg after its first is DEAD = %v, want %s: a DEAD predecessor does not block", got, ids[1])
+		t.Errorf("head of agg after its DEAD first was skipped = %v, want %s", got, ids[1])
 	}
 	if err := journal.MarkFailed(ctx, db.Pool, ids[1], "boom", time.Hour); err != nil {
 		t.Fatal(err)

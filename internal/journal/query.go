@@ -43,6 +43,10 @@ type Record struct {
 	UpdatedAt     time.Time
 	ProcessedAt   *time.Time
 	Payload       json.RawMessage
+	// SkippedBy and SkippedAt record who skipped a DEAD entry, letting its aggregate's
+	// successors run on (see Skip); nil for an entry never skipped.
+	SkippedBy *string
+	SkippedAt *time.Time
 }
 
 // Filter selects journal entries. Zero fields do not filter.
@@ -80,13 +84,13 @@ type Page struct {
 }
 
 const recordColumns = `id::TEXT, event_type, aggregate_id, sequence_no, tag, status, attempts, last_error,
-	next_attempt_at, received_at, updated_at, processed_at, payload`
+	next_attempt_at, received_at, updated_at, processed_at, payload, skipped_by, skipped_at`
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var r Record
 	var payload []byte
 	err := row.Scan(&r.ID, &r.EventType, &r.AggregateID, &r.SequenceNo, &r.Tag, &r.Status, &r.Attempts, &r.LastError,
-		&r.NextAttemptAt, &r.ReceivedAt, &r.UpdatedAt, &r.ProcessedAt, &payload)
+		&r.NextAttemptAt, &r.ReceivedAt, &r.UpdatedAt, &r.ProcessedAt, &payload, &r.SkippedBy, &r.SkippedAt)
 	r.Payload = payload
 	return r, err
 }

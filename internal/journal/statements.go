@@ -58,7 +58,7 @@ func BuiltStatements() []Statement {
 			add("ListQuarantine/"+reason, sql)
 		}
 	}
-	add("ClaimHeads/due", claimHeadsSQL(false))
-	add("ClaimHeads/aggregates", claimHeadsSQL(true))
+	add("ClaimHeads/skip", lockHeadsSQL(true))
+	add("ClaimHeads/wait", lockHeadsSQL(false))
 	return out
 }

@@ -111,6 +111,9 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
 		return res, err
 	}
+	if err := e.settleHeads(ctx, tx, heads, recs); err != nil {
+		return res, err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("committing a processing batch: %w", err)
 	}
@@ -156,6 +159,32 @@ func (e *Engine) recordOutcomes(ctx context.Context, tx pgx.Tx, recs []journal.O
 		}
 	}
 	return nil
+}
+
+// settleHeads moves the aggregates of the recorded outcomes on to their next head
+// (journal.SyncHeads), in the batch's transaction. A DEAD event of a type that runs on
+// (Registry.RunOnDead) is skipped first, so that it does not park its aggregate.
+func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	aggOf := make(map[string]journal.Head, len(heads))
+	for _, h := range heads {
+		aggOf[h.ID] = h
+	}
+	var runOn []string
+	aggs := make([]string, 0, len(recs))
+	for _, r := range recs {
+		h := aggOf[r.ID]
+		aggs = append(aggs, h.AggregateID)
+		if r.Status == journal.StatusDead && e.reg.runsOnDead(h.EventType) {
+			runOn = append(runOn, r.ID)
+		}
+	}
+	if err := journal.SkipDead(ctx, tx, runOn, journal.RunOnSkipper); err != nil {
+		return err
+	}
+	return journal.SyncHeads(ctx, tx, aggs)
 }
 
 func statusOf(o Outcome) string {

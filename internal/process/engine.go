@@ -214,7 +214,10 @@ func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec j
 			return err
 		}
 		got = out
-		return journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec})
+		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
+			return err
+		}
+		return e.settleHeads(ctx, tx, []journal.Head{{Pending: p}}, []journal.Outcome{rec})
 	})
 	return got, err
 }

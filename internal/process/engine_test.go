@@ -2,6 +2,7 @@ package process_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -194,24 +195,121 @@ func TestOrdering(t *testing.T) {
 	}
 }
 
-func TestDeadPredecessorDoesNotBlock(t *testing.T) {
-	ctx := context.Background()
-	db := testenv.NewDB(t)
-	e, _, _ := newEngine(t, db, process.Config{MaxAttempts: 1})
-	ids := pt.Ingest(t, db.Pool,
-		pt.Payload(pt.Spec{Aggregate: "a", Always: true}),
-		pt.Payload(pt.Spec{Aggregate: "a", Reject: true}),
-		pt.Payload(pt.Spec{Aggregate: "a"}),
-	)
-	if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeDead {
-		t.Fatalf("first: %q, want dead", got)
+// A DEAD event parks its aggregate: its successors wait until an operator retries or
+// skips it (issue 18, item 2). An event type may opt out (Registry.RunOnDead), and a
+// REJECTED event never blocks.
+func TestDeadParksAggregate(t *testing.T) {
+	tests := []struct {
+		name   string
+		runOn  bool
+		first  pt.Spec
+		act    func(t *testing.T, db *testenv.DB, e *process.Engine, fx *pt.Effects, first string)
+		want   []string
+		byWant string // skipped_by of the first event
+	}{
+		{name: "parked until skipped", first: pt.Spec{Aggregate: "a", Always: true},
+			act: func(t *testing.T, db *testenv.DB, _ *process.Engine, _ *pt.Effects, first string) {
+				r, err := journal.Skip(context.Background(), db.Pool, first, "ops@example.com")
+				if err != nil || r.SkippedBy == nil || *r.SkippedBy != "ops@example.com" || r.SkippedAt == nil {
+					t.Fatalf("Skip = %+v, %v", r, err)
+				}
+				if _, err := journal.Skip(context.Background(), db.Pool, first, "again"); !errors.Is(err, journal.ErrNotSkippable) {
+					t.Errorf("second Skip: %v, want ErrNotSkippable", err)
+				}
+			},
+			want: []string{"DEAD", "REJECTED", "PROCESSED"}, byWant: "ops@example.com"},
+		{name: "parked until retried", first: pt.Spec{Aggregate: "a", Always: true},
+			act: func(t *testing.T, db *testenv.DB, e *process.Engine, fx *pt.Effects, first string) {
+				// The dependency is back: the same handler, no longer failing.
+				e.Registry().Replace(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+					var m map[string]any
+					if err := json.Unmarshal(ev.Payload, &m); err != nil {
+						return err
+					}
+					delete(m, "alwaysFail")
+					ev.Payload, _ = json.Marshal(m)
+					return fx.Handle(ctx, tx, ev)
+				}))
+				if _, err := journal.RetryOne(context.Background(), db.Pool, first); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []string{"PROCESSED", "REJECTED", "PROCESSED"}},
+		{name: "type runs on past DEAD", runOn: true, first: pt.Spec{Aggregate: "a", Always: true},
+			want: []string{"DEAD", "REJECTED", "PROCESSED"}, byWant: journal.RunOnSkipper},
 	}
-	want := []string{"DEAD", "REJECTED", "PROCESSED"}
-	for i, id := range ids {
-		if s, _, _ := pt.Status(t, db.Pool, id); s != want[i] {
-			t.Errorf("event %d: %s, want %s", i, s, want[i])
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := testenv.NewDB(t)
+			e, fx, _ := newEngine(t, db, process.Config{MaxAttempts: 1})
+			if tt.runOn {
+				e.Registry().RunOnDead(pt.EffectType)
+			}
+			ids := pt.Ingest(t, db.Pool,
+				pt.Payload(tt.first),
+				pt.Payload(pt.Spec{Aggregate: "a", Reject: true}),
+				pt.Payload(pt.Spec{Aggregate: "a"}),
+				pt.Payload(pt.Spec{Aggregate: "b"}),
+			)
+			if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeDead {
+				t.Fatalf("first: %q, want dead", got)
+			}
+			if !tt.runOn {
+				// Parked: the successors wait, delivered or swept, and other aggregates go on.
+				if got, _ := e.Process(ctx, ids[1]); got != process.OutcomeDeferred {
+					t.Errorf("successor delivered behind a DEAD head: %q, want deferred", got)
+				}
+				if _, _, err := e.ProcessDue(ctx, 0, 100, nil); err != nil {
+					t.Fatal(err)
+				}
+				for i, want := range []string{"DEAD", "RECEIVED", "RECEIVED", "PROCESSED"} {
+					if s, _, _ := pt.Status(t, db.Pool, ids[i]); s != want {
+						t.Errorf("parked, event %d: %s, want %s", i, s, want)
+					}
+				}
+				tt.act(t, db, e, fx, ids[0])
+			}
+			for range 3 {
+				if _, _, err := e.ProcessDue(ctx, 0, 100, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, want := range tt.want {
+				if s, _, _ := pt.Status(t, db.Pool, ids[i]); s != want {
+					t.Errorf("event %d: %s, want %s", i, s, want)
+				}
+			}
+			r, err := journal.Get(ctx, db.Pool, ids[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ptr(r.SkippedBy); got != tt.byWant {
+				t.Errorf("skipped_by = %q, want %q", got, tt.byWant)
+			}
+			if fx.Calls(ids[2]) != 1 {
+				t.Errorf("successor ran %d times, want once", fx.Calls(ids[2]))
+			}
+			// In order: every effect of the aggregate was written in sequence order.
+			var outOfOrder bool
+			if err := db.Pool.QueryRow(ctx, `SELECT coalesce(bool_or(x.seq < x.prev), false) FROM (
+				SELECT sequence_no AS seq, lag(sequence_no) OVER (ORDER BY n) AS prev
+				FROM test_effects WHERE aggregate_id = 'a') AS x`).Scan(&outOfOrder); err != nil || outOfOrder {
+				t.Errorf("effects of aggregate a out of sequence order: %v, %v", outOfOrder, err)
+			}
+			var n int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM aggregate_head`).Scan(&n); err != nil || n != 0 {
+				t.Errorf("aggregate_head rows left = %d, %v; want none", n, err)
+			}
+		})
 	}
+}
+
+func ptr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func TestProcessBatchOrdersWithinBatch(t *testing.T) {

@@ -84,10 +84,29 @@ func Rejectf(format string, args ...any) error { return Reject(fmt.Errorf(format
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
+	runOn    map[string]bool
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{handlers: map[string]Handler{}} }
+func NewRegistry() *Registry {
+	return &Registry{handlers: map[string]Handler{}, runOn: map[string]bool{}}
+}
+
+// RunOnDead makes a DEAD event of eventType let its aggregate's successors run on, as
+// before parking existed: the event is recorded as skipped by journal.RunOnSkipper.
+// By default a DEAD event parks its aggregate until an operator retries or skips it.
+// It may be set before or after the type's handler is registered.
+func (r *Registry) RunOnDead(eventType string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runOn[eventType] = true
+}
+
+func (r *Registry) runsOnDead(eventType string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.runOn[eventType]
+}
 
 // Register adds the handler for an event type. Like http.Handle, it panics on an empty
 // type, a nil handler or a type registered twice: those are wiring bugs.

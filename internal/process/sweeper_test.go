@@ -32,6 +32,7 @@ func runSweeper(t *testing.T, s *process.Sweeper) {
 func TestSweeperOnly(t *testing.T) {
 	db := testenv.NewDB(t)
 	e, _, m := newEngine(t, db, process.Config{MaxAttempts: 3})
+	e.Registry().RunOnDead(pt.EffectType) // the DEAD events' successors run on (parking: TestDeadParksAggregate)
 	var payloads [][]byte
 	for i := 0; i < 300; i++ {
 		s := pt.Spec{Aggregate: fmt.Sprintf("agg-%d", i%25)}

@@ -21,7 +21,7 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/CountMatching":  builtPrefix("CountMatching/"),
 	"internal/journal/Requeue":        builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
-	"internal/journal/ClaimHeads":     builtPrefix("ClaimHeads/"),
+	"internal/journal/lockHeads":      builtPrefix("ClaimHeads/"),
 	// SET LOCAL statement_timeout = <milliseconds>, on every processing transaction.
 	"internal/process/setTimeouts": one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
 	"internal/feed/create":         feedCreates,

@@ -1,0 +1,7 @@
+package journal
+
+// The claim's statements, for the EXPLAIN tests.
+var (
+	PickDueSQL   = pickDueSQL
+	LockHeadsSQL = lockHeadsSQL
+)

@@ -1,0 +1,373 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Aggregate heads (table aggregate_head, migration 0007).
+//
+// Every aggregate with pending work has one row: its head, the earliest entry still
+// RECEIVED or FAILED, or a DEAD entry not skipped, which parks the aggregate; and when
+// that head is due. Claims find due heads through the row's own index
+// (aggregate_head_due), so their cost follows the due work: events waiting behind a
+// head that is not due or is parked, and settled entries, are never read.
+//
+// The rows are kept in the transactions that change what an aggregate's head is:
+//   - ingest (ingestSQL) inserts the row of an aggregate that has none, or moves it to
+//     an entry with a lower sequence number, with INSERT … ON CONFLICT DO UPDATE, which
+//     PostgreSQL applies to the row's latest version even under READ COMMITTED;
+//   - settling (SyncHeads: processing outcomes, timeouts, retries, skips) first locks the
+//     aggregates' rows, then recomputes them from the journal in a later statement.
+//
+// Together they cannot lose a head. Ingest's upsert locks the row too: if settling
+// locked it first, ingest waits for its commit and then updates (or re-inserts) the row
+// settling left; if ingest locked it first, settling waits for ingest's commit, and the
+// statement that recomputes the row, taken after that, sees ingest's entries. Both lock
+// rows in aggregate_id order, so they cannot deadlock. Ingest never waits for a handler:
+// a claim locks journal rows, never aggregate_head rows, and settling holds the head
+// rows only from SyncHeads to its commit. Under SERIALIZABLE (CockroachDB) the same
+// interleavings end in a retryable 40001 instead.
+
+// pickDueSQL picks due heads without locking anything: the oldest due first, FAILED
+// heads whose retry has come and RECEIVED heads older than the grace ($1 ms), each
+// through its own range of aggregate_head_due. The locking happens by key in lockHeadsSQL:
+// under SKIP LOCKED, CockroachDB does not push a LIMIT below a locking index join, so a
+// locking statement with a LIMIT can lock far more rows than it returns
+// (https://github.com/cockroachdb/cockroach/issues/121917,
+// https://github.com/cockroachdb/cockroach/issues/143017).
+const pickDueSQL = `
+SELECT d.head_id::TEXT FROM (
+	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
+	 WHERE NOT h.parked AND NOT h.received AND h.due_at <= now()
+	 ORDER BY h.due_at LIMIT $2::INT8)
+	UNION ALL
+	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
+	 WHERE NOT h.parked AND h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond'
+	 ORDER BY h.due_at LIMIT $2::INT8)
+) AS d
+ORDER BY d.due_at LIMIT $2::INT8`
+
+// pickAggregatesSQL picks the heads of the given aggregates ($1) that are due and not
+// parked, by primary key.
+const pickAggregatesSQL = `
+SELECT h.head_id::TEXT FROM aggregate_head AS h
+WHERE h.aggregate_id = ANY ($1::TEXT[]) AND NOT h.parked AND h.due_at <= now()`
+
+// headCheck verifies, once a picked row is locked, that it is still its aggregate's
+// head: nothing earlier pending, no earlier DEAD entry parking the aggregate. The pick
+// ran without locks, so another transaction may have settled or moved it meanwhile.
+const headCheck = `
+	AND NOT EXISTS (
+		SELECT 1 FROM journal AS p
+		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+		  AND p.status IN ('RECEIVED', 'FAILED'))
+	AND NOT EXISTS (
+		SELECT 1 FROM journal AS p
+		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+		  AND p.status = 'DEAD' AND p.skipped_at IS NULL)`
+
+// lockHeadsSQL locks picked heads by key. skip: SKIP LOCKED (the sweeper); otherwise a
+// row another transaction holds is waited for, in sequence order (successors of a
+// delivery, see ClaimHeads). It has no LIMIT: it never locks a row it was not asked for.
+// https://www.cockroachlabs.com/docs/stable/select-for-update
+func lockHeadsSQL(skip bool) string {
+	order := `ORDER BY j.sequence_no FOR UPDATE`
+	if skip {
+		order = `FOR UPDATE SKIP LOCKED`
+	}
+	return `
+		SELECT ` + headColumns + `, false
+		FROM journal AS j
+		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $2::INT8 * INTERVAL '1 millisecond')` + headCheck + `
+		` + order
+}
+
+// claimRounds bounds how many times ClaimHeads picks again past heads other workers hold.
+const claimRounds = 4
+
+// ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the
+// head of their aggregate: FAILED entries whose next attempt has come, and RECEIVED
+// entries older than grace. Rows another transaction holds are skipped (SKIP LOCKED),
+// so concurrent batches, in this instance or another, never wait for one another and
+// never take the same entry. The lock is the claim: it ends with tx, so a dead worker's
+// entries are free again at once.
+//
+// It picks due heads without locks, then locks them by key; when other workers hold
+// some of them, it picks again over a window twice as large, a few times at most, so
+// that concurrent workers spread over the due heads instead of colliding on the first.
+//
+// aggregates, when not nil, restricts the claim to those aggregates (the successors of
+// a delivery just processed), and then a row another transaction holds is waited for,
+// in sequence order: that transaction may be a delivery that is deferring the very
+// successor this claim is meant to move on, and skipping it would strand it.
+func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if aggregates != nil {
+		ids, err := pickIDs(ctx, tx, pickAggregatesSQL, aggregates)
+		if err != nil || len(ids) == 0 {
+			return nil, err
+		}
+		if len(ids) > limit {
+			ids = ids[:limit]
+		}
+		return lockHeads(ctx, tx, false, ids, 0)
+	}
+	var out []Head
+	tried := map[string]bool{}
+	for round := 0; round < claimRounds && len(out) < limit; round++ {
+		window := limit << round
+		picked, err := pickIDs(ctx, tx, pickDueSQL, grace.Milliseconds(), window)
+		if err != nil {
+			return nil, err
+		}
+		var fresh []string
+		for _, id := range picked {
+			if !tried[id] && len(fresh) < limit-len(out) {
+				tried[id] = true
+				fresh = append(fresh, id)
+			}
+		}
+		if len(fresh) > 0 {
+			got, err := lockHeads(ctx, tx, true, fresh, grace)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+		}
+		if len(picked) < window {
+			break // every due head was seen
+		}
+	}
+	return out, nil
+}
+
+func pickIDs(ctx context.Context, tx DB, sql string, args ...any) ([]string, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("picking due aggregate heads: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("picking due aggregate heads: %w", err)
+	}
+	return ids, nil
+}
+
+func lockHeads(ctx context.Context, tx DB, skip bool, ids []string, grace time.Duration) ([]Head, error) {
+	rows, err := tx.Query(ctx, lockHeadsSQL(skip), ids, grace.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claiming due journal entries: %w", err)
+	}
+	return scanHeads(rows, "claiming due journal entries")
+}
+
+// lockAggregateHeadsSQL is SyncHeads' first statement: it makes ingest wait for this
+// transaction before it touches these aggregates' rows (see the package comment above).
+const lockAggregateHeadsSQL = `
+SELECT h.aggregate_id FROM aggregate_head AS h
+WHERE h.aggregate_id = ANY ($1::TEXT[])
+ORDER BY h.aggregate_id
+FOR UPDATE`
+
+// upsertHeadsSQL recomputes the rows of aggregates $1 from the journal: the earliest
+// pending entry, unless a DEAD entry not skipped comes before it, which parks the
+// aggregate. Aggregates with neither are left to deleteIdleHeadsSQL (CockroachDB
+// refuses two mutations of one table in one statement).
+const upsertHeadsSQL = `
+WITH a AS (
+	SELECT DISTINCT x.aggregate_id FROM unnest($1::TEXT[]) AS x(aggregate_id)
+),
+c AS (
+	SELECT a.aggregate_id, p.id AS pid, p.sequence_no AS pseq, p.next_attempt_at AS pdue, p.status AS pstatus,
+	       d.id AS did, d.sequence_no AS dseq, d.next_attempt_at AS ddue
+	FROM a
+	LEFT JOIN LATERAL (
+		SELECT j.id, j.sequence_no, j.next_attempt_at, j.status FROM journal AS j
+		WHERE j.aggregate_id = a.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
+		ORDER BY j.sequence_no LIMIT 1) AS p ON true
+	LEFT JOIN LATERAL (
+		SELECT j.id, j.sequence_no, j.next_attempt_at FROM journal AS j
+		WHERE j.aggregate_id = a.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL
+		ORDER BY j.sequence_no LIMIT 1) AS d ON true
+	WHERE p.id IS NOT NULL OR d.id IS NOT NULL
+),
+n AS (
+	SELECT c.*, (c.did IS NOT NULL AND (c.pid IS NULL OR c.dseq < c.pseq)) AS parked
+	FROM c
+)
+INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received, parked)
+SELECT n.aggregate_id,
+       CASE WHEN n.parked THEN n.did ELSE n.pid END,
+       CASE WHEN n.parked THEN n.dseq ELSE n.pseq END,
+       CASE WHEN n.parked THEN n.ddue ELSE n.pdue END,
+       NOT n.parked AND n.pstatus = 'RECEIVED',
+       n.parked
+FROM n
+ORDER BY n.aggregate_id
+ON CONFLICT (aggregate_id) DO UPDATE SET head_id = excluded.head_id, head_seq = excluded.head_seq,
+    due_at = excluded.due_at, received = excluded.received, parked = excluded.parked`
+
+// deleteIdleHeadsSQL deletes the rows of aggregates $1 left with no pending entry and no
+// parking DEAD entry.
+const deleteIdleHeadsSQL = `
+DELETE FROM aggregate_head AS h
+WHERE h.aggregate_id = ANY ($1::TEXT[])
+  AND NOT EXISTS (
+	SELECT 1 FROM journal AS j
+	WHERE j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED'))
+  AND NOT EXISTS (
+	SELECT 1 FROM journal AS j
+	WHERE j.aggregate_id = h.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL)`
+
+// SyncHeads brings the aggregate_head rows of aggregates up to date with the journal,
+// inside tx, after tx changed the status of some of their entries (or their
+// next_attempt_at): it must run in the same transaction, after those changes.
+func SyncHeads(ctx context.Context, tx DB, aggregates []string) error {
+	if len(aggregates) == 0 {
+		return nil
+	}
+	aggs := slices.Clone(aggregates)
+	slices.Sort(aggs)
+	aggs = slices.Compact(aggs)
+	if _, err := tx.Exec(ctx, lockAggregateHeadsSQL, aggs); err != nil {
+		return fmt.Errorf("locking %d aggregate heads: %w", len(aggs), err)
+	}
+	if _, err := tx.Exec(ctx, upsertHeadsSQL, aggs); err != nil {
+		return fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+	}
+	if _, err := tx.Exec(ctx, deleteIdleHeadsSQL, aggs); err != nil {
+		return fmt.Errorf("deleting idle aggregate heads: %w", err)
+	}
+	return nil
+}
+
+// aggregatesOfSQL returns the distinct aggregates of entries $1.
+const aggregatesOfSQL = `SELECT DISTINCT aggregate_id FROM journal WHERE id = ANY ($1::UUID[])`
+
+// SyncHeadsOf is SyncHeads for the aggregates of the entries ids.
+func SyncHeadsOf(ctx context.Context, tx DB, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, aggregatesOfSQL, ids)
+	if err != nil {
+		return fmt.Errorf("reading aggregates of %d entries: %w", len(ids), err)
+	}
+	aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("reading aggregates of %d entries: %w", len(ids), err)
+	}
+	return SyncHeads(ctx, tx, aggs)
+}
+
+// rebuildHeadsSQL inserts the row of every aggregate with pending work that has none
+// (migration 0007 runs the same backfill). It reads every pending entry: for repairs and
+// tests that write the journal directly, never on a routine path.
+const rebuildHeadsSQL = `
+INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received)
+SELECT DISTINCT ON (j.aggregate_id) j.aggregate_id, j.id, j.sequence_no, j.next_attempt_at, j.status = 'RECEIVED'
+FROM journal AS j
+WHERE j.status IN ('RECEIVED', 'FAILED')
+ORDER BY j.aggregate_id, j.sequence_no
+ON CONFLICT (aggregate_id) DO NOTHING`
+
+// RebuildHeads recomputes every aggregate_head row from the journal: for a journal
+// written behind inboxd's back (tests, repairs). It reads every pending entry.
+func RebuildHeads(ctx context.Context, db TxDB) error {
+	return inTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, rebuildHeadsSQL); err != nil {
+			return fmt.Errorf("rebuilding aggregate heads: %w", err)
+		}
+		rows, err := tx.Query(ctx, `SELECT aggregate_id FROM aggregate_head`)
+		if err != nil {
+			return fmt.Errorf("rebuilding aggregate heads: %w", err)
+		}
+		aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("rebuilding aggregate heads: %w", err)
+		}
+		return SyncHeads(ctx, tx, aggs)
+	})
+}
+
+// TxDB is a DB that can begin a transaction: a pool, or a transaction (a savepoint).
+type TxDB interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+func inTx(ctx context.Context, db TxDB, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// RunOnSkipper is skipped_by for a DEAD entry whose event type lets successors run on
+// past it (process.Registry.RunOnDead).
+const RunOnSkipper = "inboxd: event type runs on past DEAD"
+
+// skipDeadSQL records who skipped DEAD entries $1, and when.
+const skipDeadSQL = `
+UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
+WHERE id = ANY ($1::UUID[]) AND status = 'DEAD' AND skipped_at IS NULL`
+
+// SkipDead marks DEAD entries ids as skipped by by, so that they no longer park their
+// aggregates. The caller runs SyncHeads afterwards in the same transaction.
+func SkipDead(ctx context.Context, tx DB, ids []string, by string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, skipDeadSQL, ids, by); err != nil {
+		return fmt.Errorf("skipping %d DEAD entries: %w", len(ids), err)
+	}
+	return nil
+}
+
+// ErrNotSkippable is returned by Skip for an entry that is not DEAD, or already skipped.
+var ErrNotSkippable = errors.New("entry is not DEAD, or already skipped")
+
+// Skip records that by skipped the DEAD entry id, now: it no longer parks its aggregate,
+// whose successors run on. It returns the entry as it is afterwards; for an entry that
+// is not DEAD or was skipped already, the entry and ErrNotSkippable.
+func Skip(ctx context.Context, db TxDB, id, by string) (Record, error) {
+	var r Record
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanRecord(tx.QueryRow(ctx, `UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
+			WHERE id = $1::UUID AND status = 'DEAD' AND skipped_at IS NULL
+			RETURNING `+recordColumns, id, by))
+		if err != nil {
+			return err
+		}
+		return SyncHeads(ctx, tx, []string{r.AggregateID})
+	})
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, fmt.Errorf("skipping journal entry %s: %w", id, err)
+	}
+	r, err = Get(ctx, db, id)
+	if err != nil {
+		return Record{}, err
+	}
+	return r, ErrNotSkippable
+}
