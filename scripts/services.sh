@@ -129,8 +129,18 @@ browser_install() {
   apt_install chromium fonts-dejavu-core
 }
 
+# promtool comes with Debian's prometheus package. Only the binary is used: where
+# systemd runs, the package also enables a Prometheus server (stop it with systemctl).
+promtool_install() {
+  command -v promtool >/dev/null && return
+  log "installing promtool (Debian package prometheus)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+}
+
 case "${1:-up}" in
   up) command -v curl >/dev/null || apt_install curl  # the tutorial test runs curl
+    promtool_install # deploy/observe_test.go checks the alerting rules with it
     postgres_up; activemq_up ;;
   down) activemq_down ;;
   activemq-restart) activemq_down; activemq_up ;;
