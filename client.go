@@ -73,7 +73,10 @@ type Config struct {
 	AckMode          string
 	MaxBodyBytes     int
 	MaxInflightBytes int
-	DefaultEventType string
+	// MaxStatementBytes bounds one SQL statement carrying message bytes (CockroachDB
+	// refuses a client message over 16 MiB); max body bytes must fit one.
+	MaxStatementBytes int
+	DefaultEventType  string
 
 	// Processing.
 	Concurrency      int

@@ -306,6 +306,10 @@ func (s *Server) adminReinject(c echo.Context) error {
 	case destErr != nil:
 		return BadRequest("invalid destination", map[string]string{"destination": destErr.Error(),
 			"hint": `give a valid one: {"destination": "/queue/<name>"}`})
+	case errors.Is(err, journal.ErrBodyTruncated):
+		s.audit(c, "reinject", "id", id, "count", 0, "err", "body truncated")
+		return &httpError{status: http.StatusConflict, msg: "the quarantined body was truncated to fit the database; it cannot be reinjected",
+			detail: map[string]string{"id": id, "hint": "the detail holds the whole body's size and SHA-256; republish it from its source"}}
 	case pubErr != nil:
 		s.audit(c, "reinject", "id", id, "destination", dest, "count", 0, "err", pubErr.Error())
 		return Unavailable("broker unavailable", map[string]string{"id": id, "hint": "nothing was marked; retry"}, nil)

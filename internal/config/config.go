@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
@@ -70,6 +72,9 @@ type Config struct {
 	MaxBodyBytes     int
 	MaxInflightBytes int
 	DefaultEventType string
+	// MaxStatementBytes bounds one SQL statement carrying message bytes, parameters
+	// included: CockroachDB refuses a client message over 16 MiB (package sqlbound).
+	MaxStatementBytes int
 
 	// Demo wires in the demo (package registration): the command line's business, never
 	// the library's.
@@ -189,6 +194,7 @@ func settings(c *Config) []setting {
 		{"prefetch", "INBOXD_PREFETCH", "broker prefetch per subscription (activemq.prefetchSize); must exceed batch-size", "2000", num(&c.Prefetch)},
 		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", "client", str(&c.AckMode)},
 		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", "262144", num(&c.MaxBodyBytes)},
+		{"max-statement-bytes", "INBOXD_MAX_STATEMENT_BYTES", "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one", strconv.Itoa(sqlbound.DefaultMaxStatementBytes), num(&c.MaxStatementBytes)},
 		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", "67108864", num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
@@ -293,6 +299,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AckMode != "client" && c.AckMode != "client-individual" {
 		problems = append(problems, fmt.Sprintf("ack-mode %q: want client or client-individual", c.AckMode))
+	}
+	if err := journal.CheckBodyBound(c.MaxBodyBytes, c.MaxStatementBytes); err != nil {
+		problems = append(problems, strings.ReplaceAll(err.Error(), "max body bytes", "max-body-bytes"))
 	}
 	if c.MaxInflightBytes < c.MaxBodyBytes {
 		problems = append(problems, fmt.Sprintf("max-inflight-bytes (%d) must be at least max-body-bytes (%d)", c.MaxInflightBytes, c.MaxBodyBytes))

@@ -46,6 +46,11 @@ func TestConfig(t *testing.T) {
 		{name: "bad flag duration", args: []string{"-batch-linger", "soon"}, wantErr: "not a duration"},
 		{name: "prefetch below batch", args: []string{"-prefetch", "10", "-batch-size", "100"}, wantErr: "prefetch (10) must exceed batch-size (100)"},
 		{name: "bad ack mode", args: []string{"-ack-mode", "auto"}, wantErr: "ack-mode"},
+		{name: "body larger than a statement", args: []string{"-max-body-bytes", "16777216", "-max-inflight-bytes", "67108864"},
+			wantErr: "max-body-bytes (16777216) must fit one statement"},
+		{name: "statement bound too small", args: []string{"-max-statement-bytes", "1000"}, wantErr: "must be at least 1048576"},
+		{name: "larger statements with the cluster setting raised", args: []string{"-max-statement-bytes", "33554432", "-max-body-bytes", "16777216"},
+			check: func(c *Config) bool { return c.MaxStatementBytes == 32<<20 && c.MaxBodyBytes == 16<<20 }},
 		{name: "cert without key", args: []string{"-cert-file", "x.pem"}, wantErr: "go together"},
 		{name: "topic is durable by default", args: []string{"-destination", "/topic/registrations"},
 			check: func(c *Config) bool {

@@ -9,8 +9,10 @@ import (
 
 	"github.com/go-stomp/stomp/v3"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
@@ -90,6 +92,10 @@ type Config struct {
 	AckMode AckMode
 
 	MaxBodyBytes int // bodies above this are quarantined; 0 means message.DefaultMaxBodyBytes
+	// MaxStatementBytes bounds one journal statement, parameters included (CockroachDB
+	// refuses a client message over 16 MiB); 0 means sqlbound.DefaultMaxStatementBytes.
+	// A batch is closed before it outgrows one statement, and MaxBodyBytes must fit one.
+	MaxStatementBytes int
 	// MaxInflightBytes bounds the body bytes a destination holds unacked (default
 	// DefaultMaxInflightBytes). The broker's prefetch counts messages, not bytes, and a
 	// go-stomp subscription must be read promptly (its acks share one loop), so past the
@@ -152,6 +158,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = message.DefaultMaxBodyBytes
+	}
+	if c.MaxStatementBytes <= 0 {
+		c.MaxStatementBytes = sqlbound.DefaultMaxStatementBytes
+	}
+	if err := journal.CheckBodyBound(c.MaxBodyBytes, c.MaxStatementBytes); err != nil {
+		return c, fmt.Errorf("ingest: %w", err)
 	}
 	if c.MaxInflightBytes <= 0 {
 		c.MaxInflightBytes = DefaultMaxInflightBytes

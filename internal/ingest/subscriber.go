@@ -315,6 +315,7 @@ type batch struct {
 	keys        map[string]struct{}
 	msgs        []*stomp.Message
 	bytes       int64 // of the bodies, held until acked
+	rows        int   // estimated bytes of the batch's rows in the ingest statement
 	jb          journal.Batch
 	quarantined map[message.Reason]int
 }
@@ -547,12 +548,15 @@ func (s *Subscriber) session(ctx context.Context, dest string, prefetch int, log
 	var cur *batch
 	ready := false
 	for {
+		// A batch is full at BatchSize messages, or once one more message might not fit
+		// the same statement (journal.Room): CockroachDB refuses a statement over 16 MiB.
+		full := cur != nil && (len(cur.msgs) >= s.cfg.BatchSize || !journal.Room(cur.rows, s.cfg.MaxBodyBytes, s.cfg.MaxStatementBytes))
 		var out chan<- *batch
-		if cur != nil && (ready || len(cur.msgs) >= s.cfg.BatchSize) {
+		if cur != nil && (ready || full) {
 			out = batches
 		}
 		var in <-chan *stomp.Message
-		if cur == nil || len(cur.msgs) < s.cfg.BatchSize {
+		if !full {
 			in = msgs
 		}
 		var lingerC <-chan time.Time
@@ -577,7 +581,7 @@ func (s *Subscriber) session(ctx context.Context, dest string, prefetch int, log
 				return abandon(readErr)
 			}
 			if cur == nil {
-				cur = &batch{id: s.batchSeq.Add(1)}
+				cur = &batch{id: s.batchSeq.Add(1), jb: journal.Batch{MaxStatementBytes: s.cfg.MaxStatementBytes}}
 				ready = false
 				linger.Reset(s.cfg.Linger)
 			}
@@ -641,8 +645,10 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 	ev, err := message.Decode(m.Body, m.Header.Get, message.Options{
 		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType})
 	if err == nil {
-		b.jb.Entries = append(b.jb.Entries, journal.Entry{Event: ev, Destination: dest,
-			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }})
+		e := journal.Entry{Event: ev, Destination: dest,
+			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }}
+		b.jb.Entries = append(b.jb.Entries, e)
+		b.rows += journal.EntryBytes(e)
 		if s.cfg.CommitsInFlight > 1 {
 			if b.keys == nil {
 				b.keys = make(map[string]struct{}, 2*s.cfg.BatchSize)
@@ -657,14 +663,16 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		inv = &message.Invalid{Reason: message.ReasonNotJSON, Detail: err.Error()}
 	}
 	headers := headerMap(m)
-	b.jb.Bad = append(b.jb.Bad, journal.Bad{
+	bad := journal.Bad{
 		Reason:      inv.Reason,
 		Detail:      inv.Detail,
 		Destination: dest,
 		MessageID:   m.Header.Get("message-id"),
 		Headers:     headers,
 		Body:        m.Body,
-	})
+	}
+	b.jb.Bad = append(b.jb.Bad, bad)
+	b.rows += journal.BadBytes(bad)
 	if b.quarantined == nil {
 		b.quarantined = map[message.Reason]int{}
 	}

@@ -50,12 +50,18 @@ type Bad struct {
 	Headers     map[string]string
 	Body        []byte
 	EventID     string // for id_conflict, the journal entry that kept the first payload
+
+	id          string // quarantine id, from the message as received (set by boundBad)
+	headerBytes int    // size of Headers as JSON (set by boundBad)
 }
 
 // Batch is what one ingest transaction writes.
 type Batch struct {
 	Entries []Entry
 	Bad     []Bad
+	// MaxStatementBytes bounds each statement Ingest sends (see bound.go); 0 means
+	// sqlbound.DefaultMaxStatementBytes.
+	MaxStatementBytes int
 }
 
 // Result counts what a batch did.
@@ -198,6 +204,10 @@ SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
 // the whole statement, batch after batch; Ingest then splits the batch until each
 // refused entry stands alone and quarantines it as db_refused (see refuse.go), so one
 // poison message never blocks a queue.
+//
+// Each statement stays under b.MaxStatementBytes (bound.go): a larger batch is written
+// as several statements in arrival order, and a message too large for one statement is
+// quarantined too_large with as much of its body as fits.
 func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	if len(b.Entries) == 0 && len(b.Bad) == 0 {
 		return Result{}, nil
@@ -206,7 +216,7 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 		return Result{}, fmt.Errorf("ingesting a batch of %d entries: %w", len(b.Entries), ErrBatchTooLarge)
 	}
 	entries, bad, dups, conflicts := dedupe(b.Entries, b.Bad)
-	res, err := ingestIsolating(ctx, db, entries, bad)
+	res, err := ingestBounded(ctx, db, entries, bad, maxStatementOf(b))
 	if err != nil {
 		return Result{}, err
 	}
@@ -315,7 +325,10 @@ func uniqueBad(bad []Bad) ([]Bad, []string) {
 	seen := make(map[string]bool, len(bad))
 	out, ids := bad[:0:0], make([]string, 0, len(bad))
 	for _, b := range bad {
-		id := message.QuarantineID(b.Reason, b.Destination, b.Body)
+		id := b.id
+		if id == "" {
+			id = message.QuarantineID(b.Reason, b.Destination, b.Body)
+		}
 		if !seen[id] {
 			seen[id] = true
 			out, ids = append(out, b), append(ids, id)

@@ -329,6 +329,9 @@ func Reinject(ctx context.Context, db Beginner, id string, force bool,
 	if q.ReinjectedAt != nil && !force {
 		return ReinjectResult{Record: q}, nil
 	}
+	if bodyTruncated(q.Detail) {
+		return ReinjectResult{Record: q}, fmt.Errorf("reinjecting quarantine row %s: %w", id, ErrBodyTruncated)
+	}
 	if err := publish(ctx, q, body); err != nil {
 		return ReinjectResult{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/sqlbound"
 )
 
 // IsUnavailable reports whether err says the database could not do the work right now
@@ -28,6 +29,10 @@ import (
 //
 // Classes 42, 28 and 3D are about the database's setup, not the message: quarantining
 // every message because a migration is missing would be worse than waiting for the fix.
+//
+// One class-08 error is deterministic: CockroachDB's 08P01 for a client message over
+// sql.conn.max_read_buffer_message_size (sqlbound.IsMessageTooLarge). The same statement
+// is refused again however often it is retried, so it is split, never waited out.
 // https://www.postgresql.org/docs/15/errcodes-appendix.html
 // https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference
 func IsUnavailable(err error) bool {
@@ -37,6 +42,9 @@ func IsUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
 		return true
+	}
+	if sqlbound.IsMessageTooLarge(err) {
+		return false
 	}
 	switch pgErr.Code[:2] {
 	case "08", "25", "28", "3D", "40", "42", "53", "55", "57", "58", "XX":
@@ -131,8 +139,19 @@ func ingestIsolating(ctx context.Context, db DB, entries []Entry, bad []Bad) (Re
 }
 
 // refuse quarantines one entry the database refused, with the raw payload, the
-// SQLSTATE and message, and the message's headers.
+// SQLSTATE and message, and the message's headers. An entry refused as too large for one
+// message (the server's limit is below the statement bound) is quarantined too_large
+// with the first lastResortBody bytes of its payload.
 func refuse(ctx context.Context, db DB, e Entry, cause error) (Result, error) {
+	if sqlbound.IsMessageTooLarge(cause) {
+		b := truncateBody(tooLarge(e, refusalDetail(cause)), lastResortBody)
+		b.Headers = nil
+		res, err := ingest(ctx, db, nil, []Bad{b})
+		if err != nil {
+			return Result{}, fmt.Errorf("quarantining an event too large for the database's message limit: %w", err)
+		}
+		return res, nil
+	}
 	b := Bad{
 		Reason:      message.ReasonDBRefused,
 		Detail:      refusalDetail(cause),
@@ -158,9 +177,14 @@ func refuse(ctx context.Context, db DB, e Entry, cause error) (Result, error) {
 // raw body and reason with nothing else that came from outside (headers, message id),
 // and the database's complaint as detail. It never loops: if even that is refused the
 // error is returned, and it is not an availability error, so the caller's logs say so.
+//
+// A row refused as too large keeps the first lastResortBody bytes of its body.
 func requarantine(ctx context.Context, db DB, b Bad, cause error) (Result, error) {
-	bare := Bad{Reason: b.Reason, Destination: b.Destination, Body: b.Body, EventID: b.EventID,
+	bare := Bad{Reason: b.Reason, Destination: b.Destination, Body: b.Body, EventID: b.EventID, id: b.id,
 		Detail: b.Detail + "; headers dropped: " + refusalDetail(cause)}
+	if sqlbound.IsMessageTooLarge(cause) {
+		bare = truncateBody(bare, lastResortBody)
+	}
 	res, err := ingest(ctx, db, nil, []Bad{bare})
 	if err != nil {
 		return Result{}, fmt.Errorf("quarantining a message the database refused (%s): %w", refusalDetail(cause), err)

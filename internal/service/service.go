@@ -179,7 +179,8 @@ func (s *Service) Run(ctx context.Context) error {
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
-		Logger: s.log.With("component", "ingest"), Metrics: s.m,
+		MaxStatementBytes: cfg.MaxStatementBytes,
+		Logger:            s.log.With("component", "ingest"), Metrics: s.m,
 		OnCommit: func(int) { kick() },
 	}, s.pool)
 	if err != nil {
