@@ -92,9 +92,7 @@ func ingestBounded(ctx context.Context, db DB, entries []Entry, bad []Bad, maxSt
 		}
 		fits = append(fits, e)
 	}
-	for _, b := range bad {
-		bounded = append(bounded, b)
-	}
+	bounded = append(bounded, bad...)
 	total := ingestBase
 	for i := range bounded {
 		bounded[i] = boundBad(bounded[i], maxBody)
