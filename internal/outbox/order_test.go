@@ -396,3 +396,47 @@ func TestEmitBatch(t *testing.T) {
 		t.Errorf("%d rows written by a refused batch", after-before)
 	}
 }
+
+// A row of a group whose stored headers cannot be decoded (written around Emit) holds
+// its group's later rows, which must not overtake it; the earlier ones and other groups
+// are published.
+func TestPoisonRowHoldsItsGroupOnly(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		for n := 1; n <= 3; n++ {
+			if _, err := Emit(ctx, tx, groupMsg("/queue/x", "poisoned", n)); err != nil {
+				return err
+			}
+			if _, err := Emit(ctx, tx, groupMsg("/queue/x", "healthy", n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE outbox SET headers = '[1,2]' WHERE headers->>'aggregate-id' = 'poisoned' AND headers->>'order-n' = '2'`); err != nil {
+		t.Fatal(err)
+	}
+	rec := newGroupRecorder()
+	runRelay(t, db.Pool, rec, Config{PollInterval: 20 * time.Millisecond})
+	testenv.Eventually(t, 30*time.Second, "the poison row's failure recorded", func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM outbox WHERE last_error LIKE '%not an object%'`) == 1 &&
+			count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL`) == 4
+	})
+	// A few more passes: the third poisoned row must still wait.
+	for range 3 {
+		if _, err := NewRelay(db.Pool, rec, Config{}, nil, nil).RelayOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	violations, log, _ := rec.snapshot()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`); n != 2 {
+		t.Errorf("%d rows unsent, want the poison row and the one behind it (published: %v)", n, log)
+	}
+}

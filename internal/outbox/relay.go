@@ -376,7 +376,7 @@ func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
 		return nil, nil
 	}
 	var out []claimed
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	lease := func(tx pgx.Tx) error {
 		var ids []string
 		var groups []*string
 		var seqs []int64
@@ -416,7 +416,17 @@ func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
 			return fmt.Errorf("leasing outbox rows: %w", err)
 		}
 		return nil
-	})
+	}
+	// On CockroachDB (SERIALIZABLE) an emit committing into a group being leased can
+	// make the transaction restart (40001); it is short, so it is simply run again.
+	// https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference
+	for attempt := 1; ; attempt++ {
+		out = nil
+		err = pgx.BeginFunc(ctx, r.pool, lease)
+		if err == nil || attempt == 3 || !isRetryable(err) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claiming outbox rows: %w", err)
 	}
@@ -429,6 +439,13 @@ func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
 		return a.createdAt.Compare(b.createdAt)
 	})
 	return out, nil
+}
+
+// isRetryable tells a transaction conflict, retried as a whole (the codes crdb.ExecuteInTx
+// retries).
+func isRetryable(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && (e.SQLState() == "40001" || e.SQLState() == "CR000")
 }
 
 func (r *Relay) publish(ctx context.Context, row claimed) error {

@@ -122,12 +122,17 @@ func (batchHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.Ev
 	if err != nil {
 		return nil, fmt.Errorf("inserting %d customers: %w", len(evs), err)
 	}
-	// Each customer's customer-registered event, as Handle emits it.
+	// Each customer's customer-registered event, as Handle emits it, with one statement
+	// for the batch; one emitted before (a replay) is a duplicate, not an error.
+	msgs := make([]outbox.Outgoing, len(evs))
 	for i := range evs {
 		r := Registration{ID: ids[i], Name: names[i], Email: emails[i], Jurisdiction: jurisdictions[i], CreatedAt: created[i]}
-		if err := emitRegistered(ctx, tx, r); err != nil {
+		if msgs[i], err = registered(r); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := outbox.EmitBatch(ctx, tx, msgs); err != nil {
+		return nil, fmt.Errorf("emitting %d %s events: %w", len(msgs), EventCustomerRegistered, err)
 	}
 	return make([]error, len(evs)), nil
 }
@@ -151,6 +156,19 @@ func Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 // transaction as the customer: it is published if and only if the customer exists.
 // Its id derives from the registration, so a replay emits nothing new.
 func emitRegistered(ctx context.Context, tx pgx.Tx, r Registration) error {
+	o, err := registered(r)
+	if err != nil {
+		return err
+	}
+	_, err = outbox.Emit(ctx, tx, o)
+	if errors.Is(err, outbox.ErrDuplicateID) {
+		return nil // emitted by an earlier run of this event
+	}
+	return err
+}
+
+// registered is r's customer-registered message, grouped by the customer's aggregate.
+func registered(r Registration) (outbox.Outgoing, error) {
 	id := outbox.DerivedID(EventCustomerRegistered, r.ID)
 	agg := aggregateID(r.Jurisdiction, r.Email)
 	body, err := json.Marshal(CustomerRegistered{
@@ -158,16 +176,12 @@ func emitRegistered(ctx context.Context, tx pgx.Tx, r Registration) error {
 		Email: r.Email, Name: r.Name, RegisteredAt: r.CreatedAt.UTC(), AggregateID: agg,
 	})
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", EventCustomerRegistered, err)
+		return outbox.Outgoing{}, fmt.Errorf("encoding %s: %w", EventCustomerRegistered, err)
 	}
-	_, err = outbox.Emit(ctx, tx, outbox.Outgoing{
+	return outbox.Outgoing{
 		ID: id, Destination: CustomerEventsDestination, Body: body,
 		Headers: map[string]string{"content-type": "application/json", "event-type": EventCustomerRegistered, "aggregate-id": agg, "JMSXGroupID": agg},
-	})
-	if errors.Is(err, outbox.ErrDuplicateID) {
-		return nil // emitted by an earlier run of this event
-	}
-	return err
+	}, nil
 }
 
 // Insert creates the customer. A replay of the same event is a no-op; the same email

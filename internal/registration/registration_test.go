@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
@@ -169,6 +173,76 @@ func TestHandleBatchEmits(t *testing.T) {
 		if _, ok, err := outbox.Get(ctx, db.Pool, outbox.DerivedID(registration.EventCustomerRegistered, id)); err != nil || !ok {
 			t.Errorf("no customer-registered row for %s (%v)", id, err)
 		}
+	}
+}
+
+// statementCounter is a pgx tracer counting the statements a connection sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Issue 20, item 3: HandleBatch is set-based for its outbox messages too: a batch of
+// 200 registrations costs two statements (the customers and their customer-registered
+// messages), not one or two more per event (INSERT … RETURNING and pg_notify: 401
+// statements at first, 201 with Emit's single statement); and the messages keep the
+// batch's order.
+func TestHandleBatchEmitsWithOneStatement(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &statementCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	const n = 200
+	evs := make([]process.Event, n)
+	for i := range evs {
+		id := pt.NewID()
+		evs[i] = process.Event{ID: id, Type: registration.EventType, Payload: []byte(fmt.Sprintf(
+			`{"id":%q,"type":"registration","name":"Ada","email":"ada%d@example.com","jurisdiction":"mga","createdAt":"2025-01-02T03:04:05Z"}`, id, i))}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := counter.n.Load()
+	errs, err := registration.Handler.(process.BatchHandler).HandleBatch(ctx, tx, evs)
+	sent := counter.n.Load() - before
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("event %d: %v", i, e)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("HandleBatch of %d registrations: %d statements", n, sent)
+	if sent > 2 {
+		t.Errorf("HandleBatch of %d registrations sent %d statements, want 2", n, sent)
+	}
+	var prev int64
+	for i, ev := range evs {
+		var seq int64
+		if err := db.Pool.QueryRow(ctx, `SELECT seq FROM outbox WHERE id = $1`, outbox.DerivedID(registration.EventCustomerRegistered, ev.ID)).Scan(&seq); err != nil {
+			t.Fatalf("event %d's customer-registered row: %v", i, err)
+		}
+		if seq <= prev {
+			t.Fatalf("event %d's message has seq %d after %d: not in batch order", i, seq, prev)
+		}
+		prev = seq
 	}
 }
 
