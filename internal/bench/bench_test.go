@@ -258,8 +258,11 @@ func TestParseOptions(t *testing.T) {
 			}
 		}, false},
 		{"quick", []string{"-quick"}, func(t *testing.T, o *options) {
-			if fmt.Sprint(o.Ns) != "[5000]" || o.Reps != 1 || o.E2EDuration != 3*time.Second {
+			if fmt.Sprint(o.Ns) != "[5000]" || o.Reps != 1 || o.E2EDuration != 3*time.Second || fmt.Sprint(o.Backlog) != "[0 10000]" {
 				t.Errorf("quick: %+v", o)
+			}
+			if contains(o.Rows, rowJournalSize) || !contains(o.Rows, rowBacklog) {
+				t.Errorf("quick rows %v: want backlog and no journal-size (minutes to fill)", o.Rows)
 			}
 		}, false},
 		{"sweep matrix", []string{"-sweep", "-sweep-batch=100,500,1000", "-sweep-ack=client,client-individual", "-sweep-linger=5ms,20ms"}, func(t *testing.T, o *options) {
@@ -267,6 +270,17 @@ func TestParseOptions(t *testing.T) {
 				t.Errorf("sweep configs = %d, want 12", got)
 			}
 		}, false},
+		{"journal-size brings its baselines", []string{"-rows=journal-size", "-journal-size=1000"}, func(t *testing.T, o *options) {
+			if fmt.Sprint(o.Rows) != "[journal-size ingest e2e-max]" || o.JournalSize != 1000 {
+				t.Errorf("rows %v, journal size %d", o.Rows, o.JournalSize)
+			}
+		}, false},
+		{"backlog levels", []string{"-backlog=0,500"}, func(t *testing.T, o *options) {
+			if fmt.Sprint(o.Backlog) != "[0 500]" || o.JournalSize != 10_000_000 {
+				t.Errorf("backlog %v, journal size %d", o.Backlog, o.JournalSize)
+			}
+		}, false},
+		{"bad backlog", []string{"-backlog=-1"}, nil, true},
 		{"unknown row", []string{"-rows=broker,nope"}, nil, true},
 		{"bad ack mode", []string{"-ack-mode=auto"}, nil, true},
 		{"bad n", []string{"-n=0"}, nil, true},
@@ -423,7 +437,8 @@ func TestBenchSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := Main(ctx, []string{"-n=300", "-reps=1", "-rows=" + strings.Join(rows, ","), "-out=" + dir,
-		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-admin-url=" + testenv.AdminURL(), "-stomp-addr=" + testenv.StompAddr()},
+		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-backlog=0,500", "-backlog-fresh=100", "-journal-size=2000",
+		"-admin-url=" + testenv.AdminURL(), "-stomp-addr=" + testenv.StompAddr()},
 		&stdout, &stderr)
 	if err != nil {
 		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
@@ -436,12 +451,20 @@ func TestBenchSmall(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Summaries) != len(rows)+1 { // e2e-sweeper runs at -rate and at -rate-high
-		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+1, stdout.String())
+	// e2e-sweeper runs at -rate and at -rate-high, journal-size for ingest and e2e-max,
+	// backlog at both levels.
+	if len(rep.Summaries) != len(rows)+3 {
+		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+3, stdout.String())
 	}
 	for _, s := range rep.Summaries {
 		if !s.OK || s.MsgPerSec <= 0 || s.PeakRSSBytes <= 0 || s.CPUPer10k <= 0 {
 			t.Errorf("row %s: %+v", s.Row, s)
+		}
+		if (s.Row == rowBacklog) != (s.ClaimLatency != nil) {
+			t.Errorf("row %s: claim latency %+v", s.Row, s.ClaimLatency)
+		}
+		if s.Row == rowJournalSize && s.Slowdown <= 0 {
+			t.Errorf("row %s (%s): no ratio to the empty journal", s.Row, s.Config)
 		}
 	}
 }

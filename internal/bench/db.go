@@ -65,6 +65,26 @@ func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
 	return d, nil
 }
 
+// createDBFrom creates a database named inboxd_bench_<row>_<random> as a copy of
+// template (already migrated), which must have no open connection.
+func createDBFrom(ctx context.Context, adminURL, row, template string) (*freshDB, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing admin url: %w", err)
+	}
+	name := "inboxd_bench_" + sqlName(row) + "_" + suffix()
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the admin database: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
+		return nil, fmt.Errorf("creating database %s from %s: %w", name, template, err)
+	}
+	u.Path = "/" + name
+	return &freshDB{Name: name, URL: u.String(), adminURL: adminURL}, nil
+}
+
 // drop removes the database, whatever the state of ctx.
 func (d *freshDB) drop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -18,6 +18,18 @@
 //     webhook handler over HTTPS, fed by a stand-in for the CockroachDB changefeed that
 //     polls the journal every 20 ms and flushes like the sink (100 messages or
 //     -feed-flush), posting through webhook/sinktest.
+//  5. journal-size: the ingest and e2e-max rows again, on a journal pre-filled with
+//     -journal-size settled entries (default 10 M, written once per run and copied for
+//     each measurement; not in -quick), each with its drain time as a ratio to the same
+//     row on an empty journal in the same repetition. Only the row's own entries are
+//     checked afterwards.
+//  6. backlog: at each -backlog level (default 0, 100 k and 1 M), -backlog-heads
+//     aggregates whose head is FAILED and due in an hour with that many RECEIVED events
+//     behind them, written by one INSERT … generate_series (journal.SeedBlocked), not
+//     through the broker. journal.ClaimHeads (limit 100) is timed 20 times on that
+//     state, then -backlog-fresh events of other aggregates are published and drained by
+//     ingest and the engine as in e2e-max. The drain time is given as a ratio to the
+//     first level's (issue 20: at most 1.5× at 100 k), and the claim's p50/p99.
 //
 // # How a row is measured
 //

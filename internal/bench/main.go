@@ -32,6 +32,12 @@ type options struct {
 	CPUProfile  bool
 	RowTimeout  time.Duration
 
+	// The growth rows (issue 20).
+	Backlog      []int // backlog: events blocked behind failed heads, one measurement per level
+	BacklogHeads int
+	BacklogFresh int
+	JournalSize  int // journal-size: settled entries pre-filled
+
 	Sweep         bool
 	SweepBatch    []int
 	SweepAck      []string
@@ -40,7 +46,10 @@ type options struct {
 	SweepInFlight []int
 }
 
-var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowE2ESweeper, rowE2EWebhook}
+var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowJournalSize, rowE2ESweeper, rowE2EWebhook, rowBacklog}
+
+// quickRows leaves out journal-size, whose 10 M-entry journal takes minutes to write.
+var quickRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowE2ESweeper, rowE2EWebhook, rowBacklog}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -53,12 +62,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	o := &options{Knobs: defaultKnobs()}
 	fs := flag.NewFlagSet("inboxd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var ns, rows, sb, sa, sp, sl, si string
-	fs.BoolVar(&o.Quick, "quick", false, "smoke run under 60 s: N=5000, 1 repetition, 3 s end-to-end rows")
+	var ns, rows, sb, sa, sp, sl, si, backlog string
+	fs.BoolVar(&o.Quick, "quick", false, "smoke run: N=5000, 1 repetition, 3 s end-to-end rows, backlog 0 and 10000, no journal-size")
 	fs.StringVar(&ns, "n", "", "messages per drain row, comma-separated (default 20000,200000; quick 5000)")
 	fs.IntVar(&o.Reps, "reps", 0, "repetitions; the table shows medians (default 3; quick 1)")
 	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
-	fs.StringVar(&rows, "rows", strings.Join(allRows, ","), "rows to run, comma-separated")
+	fs.StringVar(&rows, "rows", "", "rows to run, comma-separated (default "+strings.Join(allRows, ",")+"; quick without "+rowJournalSize+")")
+	fs.StringVar(&backlog, "backlog", "", "backlog row: events blocked behind failed heads, one measurement per level (default 0,100000,1000000; quick 0,10000)")
+	fs.IntVar(&o.BacklogHeads, "backlog-heads", 1000, "backlog row: aggregates whose FAILED head, due in an hour, blocks the backlog")
+	fs.IntVar(&o.BacklogFresh, "backlog-fresh", 2000, "backlog row: fresh events of other aggregates drained at each level")
+	fs.IntVar(&o.JournalSize, "journal-size", 10_000_000, "journal-size row: settled entries the journal holds before ingest and e2e-max run")
 	fs.Float64Var(&o.Rate, "rate", 1000, "end-to-end rows: offered rate, messages per second")
 	fs.Float64Var(&o.HighRate, "rate-high", 3000, "e2e-sweeper row: a second offered rate, to show whether a backlog grows (0: off)")
 	fs.DurationVar(&o.E2EDuration, "e2e-duration", 0, "end-to-end rows: how long to publish at -rate (default 20s; quick 3s)")
@@ -105,6 +118,21 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 			o.E2EDuration = 3 * time.Second
 		}
 	}
+	if backlog == "" {
+		backlog = "0,100000,1000000"
+		if o.Quick {
+			backlog = "0,10000"
+		}
+	}
+	if o.Backlog, err = levelList(backlog); err != nil {
+		return nil, fmt.Errorf("-backlog: %w", err)
+	}
+	if rows == "" {
+		rows = strings.Join(allRows, ",")
+		if o.Quick {
+			rows = strings.Join(quickRows, ",")
+		}
+	}
 	for _, r := range strings.Split(rows, ",") {
 		r = strings.TrimSpace(r)
 		if r == "" {
@@ -114,6 +142,13 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-rows: unknown row %q (have %s)", r, strings.Join(allRows, ", "))
 		}
 		o.Rows = append(o.Rows, r)
+	}
+	if contains(o.Rows, rowJournalSize) { // measured against these, in the same repetition
+		for _, base := range []string{rowIngest, rowE2EMax} {
+			if !contains(o.Rows, base) {
+				o.Rows = append(o.Rows, base)
+			}
+		}
 	}
 	if o.Sweep {
 		if o.SweepBatch, err = intList(sb); err != nil {
@@ -150,6 +185,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-rate must be positive")
 	case o.Dup < 0 || o.Bad < 0 || o.Dup+o.Bad >= 1:
 		return nil, errors.New("-dup and -malformed must be non-negative and sum to less than 1")
+	case o.BacklogHeads < 1 || o.BacklogFresh < 1 || o.JournalSize < 1:
+		return nil, errors.New("-backlog-heads, -backlog-fresh and -journal-size must be at least 1")
 	}
 	if err := o.Knobs.validate(); err != nil {
 		return nil, err
@@ -170,6 +207,26 @@ func intList(s string) ([]int, error) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// levelList parses a comma-separated list of whole numbers, 0 allowed.
+func levelList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a whole number", f)
 		}
 		out = append(out, n)
 	}
@@ -262,6 +319,7 @@ func (o *options) settings() map[string]any {
 		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
 		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup,
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
+		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
 	}
 }
 

@@ -64,6 +64,12 @@ type Measurement struct {
 	OK                bool     `json:"ok"`
 	Profile           string   `json:"cpu_profile,omitempty"`
 	Note              string   `json:"note,omitempty"`
+	// Slowdown is the drain time over that of the row's baseline in the same repetition:
+	// backlog, the first level's (0 blocked); journal-size, the same row on an empty journal.
+	Slowdown   float64 `json:"slowdown,omitempty"`
+	SlowdownVs string  `json:"slowdown_vs,omitempty"` // the baseline, in words
+	// ClaimLatency is journal.ClaimHeads' duration on the backlog row's setup, in ms.
+	ClaimLatency *Latency `json:"claim_latency_ms,omitempty"`
 }
 
 // Summary is the medians of one row and configuration over the repetitions.
@@ -85,6 +91,8 @@ type Summary struct {
 	IngestLatency   *Latency `json:"ingest_latency,omitempty"`
 	Check           string   `json:"check"`
 	OK              bool     `json:"ok"`
+	Slowdown        float64  `json:"slowdown,omitempty"`         // median (see Measurement)
+	ClaimLatency    *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
 }
 
 // summarizeAll groups measurements by row, configuration and N, in first-seen order.
@@ -125,7 +133,8 @@ func summarizeAll(ms []Measurement) []Summary {
 		g := groups[k]
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
 		var rate, cpu, host, amq, pg, vsB, vsN, vsI []float64
-		var lats, ingLats []Latency
+		var lats, ingLats, claims []Latency
+		var slow []float64
 		for _, m := range g {
 			rate = append(rate, m.MsgPerSec)
 			cpu = append(cpu, m.CPUPer10k)
@@ -148,6 +157,12 @@ func summarizeAll(ms []Measurement) []Summary {
 			if m.IngestLatency != nil {
 				ingLats = append(ingLats, *m.IngestLatency)
 			}
+			if m.ClaimLatency != nil {
+				claims = append(claims, *m.ClaimLatency)
+			}
+			if m.Slowdown > 0 {
+				slow = append(slow, m.Slowdown)
+			}
 			if !m.OK && s.OK {
 				s.OK, s.Check = false, fmt.Sprintf("rep %d: %s", m.Rep, m.Check)
 			}
@@ -166,6 +181,14 @@ func summarizeAll(ms []Measurement) []Summary {
 			s.Check += fmt.Sprintf("; %.2f× ingest", s.VsIngest)
 		}
 		s.Latency, s.IngestLatency = medianLatency(lats), medianLatency(ingLats)
+		s.ClaimLatency = medianLatency(claims)
+		if len(slow) > 0 {
+			s.Slowdown = median(slow)
+			s.Check += fmt.Sprintf("; drain %.2f× that %s", s.Slowdown, g[0].SlowdownVs)
+		}
+		if s.ClaimLatency != nil {
+			s.Check += fmt.Sprintf("; ClaimHeads p50/p99 %.1f/%.1f ms", s.ClaimLatency.P50, s.ClaimLatency.P99)
+		}
 		out = append(out, s)
 	}
 	return out
@@ -314,7 +337,7 @@ func jsonSafe(rep *Report) *Report {
 		fix(&s.DBCPUPer10k)
 		fix(&s.VsBroker)
 		fix(&s.VsNaive)
-		s.Latency, s.IngestLatency = fixLat(s.Latency), fixLat(s.IngestLatency)
+		s.Latency, s.IngestLatency, s.ClaimLatency = fixLat(s.Latency), fixLat(s.IngestLatency), fixLat(s.ClaimLatency)
 	}
 	c.Measurements = append([]Measurement(nil), rep.Measurements...)
 	for i := range c.Measurements {
@@ -322,7 +345,7 @@ func jsonSafe(rep *Report) *Report {
 		for _, x := range []*float64{&m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k} {
 			fix(x)
 		}
-		m.Latency, m.IngestLatency = fixLat(m.Latency), fixLat(m.IngestLatency)
+		m.Latency, m.IngestLatency, m.ClaimLatency = fixLat(m.Latency), fixLat(m.IngestLatency), fixLat(m.ClaimLatency)
 	}
 	return &c
 }

@@ -73,7 +73,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("inboxd bench-row", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	a := rowArgs{Knobs: defaultKnobs()}
-	fs.StringVar(&a.Row, "row", "", "broker, naive, ingest, e2e-sweeper or e2e-webhook")
+	fs.StringVar(&a.Row, "row", "", "broker, naive, ingest, ingest+prune, e2e-max, backlog, e2e-sweeper or e2e-webhook")
 	fs.StringVar(&a.Queue, "queue", "", "STOMP destination")
 	fs.IntVar(&a.N, "n", 0, "messages to drain")
 	fs.StringVar(&a.DBURL, "db-url", "", "database of the row")
@@ -116,7 +116,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		err error
 	)
 	switch a.Row {
-	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax:
+	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowBacklog:
 		go func() {
 			select {
 			case <-stdinClosed:
@@ -135,7 +135,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			res, err = runIngest(ctx, a, log)
 		case rowIngestPrune:
 			res, err = runIngestPruning(ctx, a, log)
-		case rowE2EMax:
+		case rowE2EMax, rowBacklog:
 			res, err = runE2EMax(ctx, a, log)
 		}
 	case rowE2ESweeper, rowE2EWebhook:

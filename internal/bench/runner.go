@@ -18,9 +18,10 @@ import (
 
 // runner executes the plan of rows for Main.
 type runner struct {
-	o    *options
-	log  io.Writer
-	pids servicePIDs
+	o        *options
+	log      io.Writer
+	pids     servicePIDs
+	template *freshDB // the journal-size row's pre-filled database, made once per run
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -34,11 +35,13 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 	if r.pids.Broker == 0 || r.pids.Postgres == 0 {
 		r.logf("broker or database process not found on this host (pids %+v): their CPU columns stay 0", r.pids)
 	}
+	defer r.dropTemplate(ctx)
 	for i := 1; i <= r.o.Reps; i++ {
 		for _, n := range r.o.Ns {
 			// Generated per N and dropped after, to keep the parent small (see selfPeakRSS).
 			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
 			var ingestRate float64
+			empty := map[string]*Measurement{} // the ingest and e2e-max rows, for journal-size
 			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax} {
 				if !contains(r.o.Rows, row) {
 					continue
@@ -59,8 +62,27 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 						m.Note = fmt.Sprintf("%.2f× ingest (%.0f msg/s) in this repetition; %s", m.MsgPerSec/ingestRate, ingestRate, m.Note)
 						r.logf("rep %d: e2e-max N=%d: %.2f× ingest", i, n, m.MsgPerSec/ingestRate)
 					}
+					if _, ok := empty[row]; !ok {
+						empty[row] = &m
+					}
 					rep.Measurements = append(rep.Measurements, m)
 				}
+			}
+			if contains(r.o.Rows, rowJournalSize) {
+				for _, base := range []string{rowIngest, rowE2EMax} {
+					m, err := r.journalSizeRow(ctx, base, r.o.Knobs, corpus, i, empty[base])
+					if err != nil {
+						return err
+					}
+					rep.Measurements = append(rep.Measurements, m)
+				}
+			}
+		}
+		if contains(r.o.Rows, rowBacklog) {
+			ms, err := r.backlogRows(ctx, r.o.Knobs, i)
+			rep.Measurements = append(rep.Measurements, ms...)
+			if err != nil {
+				return err
 			}
 		}
 		for _, row := range []string{rowE2ESweeper, rowE2EWebhook} {
@@ -102,20 +124,44 @@ func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
 // drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
 // drain it, then check the database and that the queue is empty.
 func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
+	return r.drain(ctx, drainSpec{row: row, child: row, config: k.label(row)}, k, c, rep)
+}
+
+// drainSpec says what a drain measurement runs: the child's row, on a fresh database or
+// on a copy of template, reported as row.
+type drainSpec struct {
+	row, child, config string
+	template           string
+}
+
+func (sp drainSpec) name() string {
+	if sp.child == sp.row {
+		return sp.row
+	}
+	return sp.row + "-" + sp.child
+}
+
+func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep int) (Measurement, error) {
 	n := len(c.Bodies)
-	m := Measurement{Row: row, Config: k.label(row), Knobs: k, N: n, Rep: rep}
+	row := sp.row
+	m := Measurement{Row: row, Config: sp.config, Knobs: k, N: n, Rep: rep}
 	if !available[row] {
 		return m, fmt.Errorf("row %s: %w", row, errNotAvailable)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
-	a := rowArgs{Row: row, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(row, k, n, rep)}
+	a := rowArgs{Row: sp.child, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(sp.name(), k, n, rep)}
 	m.Profile = a.CPUProfile
 	var db *freshDB
 	if row != rowBroker {
 		var err error
-		if db, err = createDB(ctx, r.o.AdminURL, row); err != nil {
+		if sp.template != "" {
+			db, err = createDBFrom(ctx, r.o.AdminURL, row, sp.template)
+		} else {
+			db, err = createDB(ctx, r.o.AdminURL, row)
+		}
+		if err != nil {
 			return m, err
 		}
 		defer func() {
@@ -136,7 +182,7 @@ func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, re
 		return m, err
 	}
 	m.fill(out, n)
-	m.Check, m.OK = r.check(ctx, row, queue, db, c)
+	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
 	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB, check %s %s",
 		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
 	return m, nil
@@ -165,7 +211,8 @@ func (m *Measurement) fill(out childOutcome, n int) {
 // check verifies a drain row exactly: the queue is empty (every message was acked),
 // and for the database rows the journal holds exactly the unique valid ids and the
 // quarantine exactly the malformed messages.
-func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Corpus) (string, bool) {
+// On a pre-filled journal only the entries of this row's queue are checked.
+func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Corpus, prefilled bool) (string, bool) {
 	left, _, err := drain(ctx, r.o.StompAddr, queue, 1000, 0, 500*time.Millisecond)
 	if err != nil {
 		return "draining leftovers: " + err.Error(), false
@@ -181,7 +228,21 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 		return err.Error(), false
 	}
 	defer pool.Close()
-	counts, err := journal.CountRows(ctx, pool)
+	count, listIDs := journal.CountRows, journal.IDs
+	if prefilled {
+		count = func(ctx context.Context, db journal.DB) (journal.Counts, error) {
+			return journal.CountRowsTagged(ctx, db, queue)
+		}
+		listIDs = func(ctx context.Context, db journal.DB) ([]string, error) {
+			m, err := journal.IDsByTag(ctx, db, queue)
+			ids := make([]string, 0, len(m))
+			for id := range m {
+				ids = append(ids, id)
+			}
+			return ids, err
+		}
+	}
+	counts, err := count(ctx, pool)
 	if err != nil {
 		return err.Error(), false
 	}
@@ -191,7 +252,7 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 	if row == rowE2EMax && counts.ByStatus[journal.StatusProcessed] != counts.Journal {
 		return fmt.Sprintf("journal by status %v, want all PROCESSED", counts.ByStatus), false
 	}
-	ids, err := journal.IDs(ctx, pool)
+	ids, err := listIDs(ctx, pool)
 	if err != nil {
 		return err.Error(), false
 	}

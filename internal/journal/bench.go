@@ -151,3 +151,112 @@ func ReceivedAfter(ctx context.Context, db DB, after int64, limit int) ([][]byte
 	}
 	return out, last, nil
 }
+
+// Tags of the entries the benchmark writes straight into the journal.
+const (
+	SeedSettledTag = "bench-settled"
+	SeedBlockedTag = "bench-blocked"
+)
+
+// seedSettledSQL writes $2 PROCESSED entries numbered from $1, received and settled
+// over the last week, shaped like the demo's registration events.
+const seedSettledSQL = `
+INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', 'registration', 'aggregateId', 'settled-' || g::TEXT,
+         'jurisdiction', 'mga', 'email', 'settled-' || g::TEXT || '@example.com', 'name', 'Settled Customer ' || g::TEXT),
+       'registration', 'settled-' || g::TEXT, 'bench-settled', 'PROCESSED', 1,
+       now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second'
+FROM generate_series($1::INT8, $1::INT8 + $2::INT8 - 1) AS g`
+
+// SeedSettled writes n settled entries (the journal-size benchmark's history), a
+// million per statement, and analyzes the journal as autovacuum would have by then.
+// Settled entries are no aggregate's pending work, so nothing else needs to know them.
+func SeedSettled(ctx context.Context, db DB, n int) error {
+	const chunk = 1_000_000
+	for from := 0; from < n; from += chunk {
+		if _, err := db.Exec(ctx, seedSettledSQL, from+1, min(chunk, n-from)); err != nil {
+			return fmt.Errorf("seeding settled entries %d–%d: %w", from+1, min(from+chunk, n), err)
+		}
+	}
+	if _, err := db.Exec(ctx, `ANALYZE journal`); err != nil {
+		return fmt.Errorf("analyzing the journal: %w", err)
+	}
+	return nil
+}
+
+// seedBlockedSQL writes, for $1 aggregates, a FAILED head whose next attempt is an hour
+// ahead, and $2 RECEIVED events spread over those aggregates behind their heads: the
+// state after a downstream outage. Sequence numbers are explicit (heads first), and the
+// sequence is moved past them so that later ingest batches number after them.
+const seedBlockedSQL = `
+WITH ins AS (
+	INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, last_error, next_attempt_at, sequence_no)
+	SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', 'registration', 'aggregateId', 'blocked-' || (n % $1::INT8)::TEXT),
+	       'registration', 'blocked-' || (n % $1::INT8)::TEXT, 'bench-blocked',
+	       CASE WHEN n < $1::INT8 THEN 'FAILED' ELSE 'RECEIVED' END,
+	       CASE WHEN n < $1::INT8 THEN 1 ELSE 0 END,
+	       CASE WHEN n < $1::INT8 THEN 'downstream unavailable' END,
+	       CASE WHEN n < $1::INT8 THEN now() + INTERVAL '1 hour' ELSE now() END,
+	       n + 1
+	FROM generate_series(0, $1::INT8 + $2::INT8 - 1) AS n
+	RETURNING 1
+)
+SELECT setval('journal_sequence_no', (SELECT count(*) FROM ins) + 1)`
+
+// SeedBlocked writes heads FAILED heads due in an hour and blocked RECEIVED events
+// behind them (the backlog benchmark's setup), in one statement, on an empty journal,
+// then their aggregate_head rows (RebuildHeads), as claims read those.
+func SeedBlocked(ctx context.Context, db TxDB, heads, blocked int) error {
+	if heads < 1 {
+		return fmt.Errorf("seeding blocked events: %d heads", heads)
+	}
+	if _, err := db.Exec(ctx, seedBlockedSQL, heads, blocked); err != nil {
+		return fmt.Errorf("seeding %d blocked events behind %d failed heads: %w", blocked, heads, err)
+	}
+	if err := RebuildHeads(ctx, db); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, `ANALYZE journal`); err != nil {
+		return fmt.Errorf("analyzing the journal: %w", err)
+	}
+	return nil
+}
+
+// CountPending counts RECEIVED and FAILED entries through journal_pending (literal
+// statuses: a generic plan of status = $1 could not use the partial index and would
+// read the whole journal).
+func CountPending(ctx context.Context, db DB) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status IN ('RECEIVED', 'FAILED')`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting pending journal entries: %w", err)
+	}
+	return n, nil
+}
+
+// CountRowsTagged is CountRows restricted to the journal entries of one tag (the
+// quarantine is counted whole): the check of a row whose journal was pre-filled.
+func CountRowsTagged(ctx context.Context, db DB, tag string) (Counts, error) {
+	c := Counts{ByStatus: map[string]int{}}
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal WHERE tag = $1 GROUP BY status`, tag)
+	if err != nil {
+		return c, fmt.Errorf("counting journal rows: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return c, fmt.Errorf("counting journal rows: %w", err)
+		}
+		c.ByStatus[s] = int(n)
+		c.Journal += int(n)
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("counting journal rows: %w", err)
+	}
+	var q int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM quarantine`).Scan(&q); err != nil {
+		return c, fmt.Errorf("counting quarantine rows: %w", err)
+	}
+	c.Quarantine = int(q)
+	return c, nil
+}
