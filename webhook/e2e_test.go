@@ -96,7 +96,9 @@ func buildScenario(effects, aggregates, registrations int) scenario {
 			spec.FailTimes = 2 // fails twice, then succeeds
 			s.flaky++
 		case 11:
-			spec.Always = true // ends DEAD
+			// Ends DEAD, which parks its aggregate: alone in its own, so that nothing
+			// waits behind it.
+			spec.Always, spec.Aggregate = true, fmt.Sprintf("dead-%d", i)
 		case 17:
 			spec.Reject = true
 		}
