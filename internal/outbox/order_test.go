@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -312,9 +313,10 @@ func TestTwoRelaysKeepGroupOrder(t *testing.T) {
 // EmitBatch writes a batch in the order given (seq), reports ids already used (before,
 // or earlier in the batch) as duplicates, refuses an invalid message with its index
 // and writes nothing then, derives each row's group, and splits a batch past
-// MaxStatementBytes into statements that keep the order.
+// sqlbound.DefaultMaxStatementBytes into statements that keep the order.
 func TestEmitBatch(t *testing.T) {
-	db := testenv.NewDB(t)
+	// Through a proxy that refuses, as CockroachDB does, a client message over 16 MiB.
+	db, proxy := testenv.NewLimitedDB(t, sqlbound.ServerLimit)
 	ctx := context.Background()
 	pre := DerivedID("pre")
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -334,7 +336,7 @@ func TestEmitBatch(t *testing.T) {
 		{ID: again, Destination: "/queue/a"},
 		{ID: again, Destination: "/queue/a"},
 	}
-	for range 2 * MaxStatementBytes / MaxBodyBytes { // three statements
+	for range 2 * sqlbound.DefaultMaxStatementBytes / MaxBodyBytes { // three statements
 		msgs = append(msgs, Outgoing{Destination: "/queue/a", Body: big, Group: "big"})
 	}
 	var got []Emitted
@@ -375,9 +377,12 @@ func TestEmitBatch(t *testing.T) {
 			t.Errorf("message %d: no group, want %q", i, want)
 		}
 	}
+	if proxy.Refused() > 0 || proxy.Largest() > sqlbound.DefaultMaxStatementBytes {
+		t.Errorf("largest client message %d bytes (%d refused), want at most %d", proxy.Largest(), proxy.Refused(), sqlbound.DefaultMaxStatementBytes)
+	}
 	// Distinct sequence blocks: the big messages took more than one statement.
 	if n := count(t, db.Pool, `SELECT count(DISTINCT seq / `+strconv.Itoa(SeqBlock)+`) FROM outbox`); n < 4 {
-		t.Errorf("%d sequence blocks, want ≥ 4 (one emit + three statements for %d MiB)", n, 2*MaxStatementBytes>>20)
+		t.Errorf("%d sequence blocks, want ≥ 4 (one emit + three statements for %d MiB)", n, 2*sqlbound.DefaultMaxStatementBytes>>20)
 	}
 
 	before := count(t, db.Pool, `SELECT count(*) FROM outbox`)

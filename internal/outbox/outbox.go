@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/sqlbound"
 )
 
 // HeaderOutboxID is the header carrying the outbox row id on every relayed message.
@@ -47,12 +48,6 @@ const (
 // SeqBlock is outbox_seq's increment (migration 0009): one insert statement draws one
 // value and numbers its rows inside the block, so it holds at most this many rows.
 const SeqBlock = 65536
-
-// MaxStatementBytes bounds the bodies and headers one insert statement carries:
-// CockroachDB refuses a client message over 16 MiB (sql.conn.max_read_buffer_message_size,
-// SQLSTATE 08P01, and closes the connection), so EmitBatch splits a larger batch.
-// https://www.cockroachlabs.com/docs/stable/cluster-settings (sql.conn.max_read_buffer_message_size)
-const MaxStatementBytes = 8 << 20
 
 // Statements on the outbox table. Durations are passed as milliseconds and cast to
 // INT8: CockroachDB rejects an untyped placeholder times an INTERVAL.
@@ -327,7 +322,7 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 
 // EmitBatch writes msgs to the outbox in tx, in their order, and returns what it did
 // with each: one statement (and, on PostgreSQL, the relay's wake-up in the same round
-// trip) for the whole batch, split only past MaxStatementBytes. Messages of one group
+// trip) for the whole batch, split only past sqlbound.DefaultMaxStatementBytes. Messages of one group
 // are published in the order of msgs, after those the transaction emitted before.
 // An invalid message fails the call with an *InvalidError before anything is written;
 // an id already used is reported as Duplicate, not as an error.
@@ -366,48 +361,47 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 		if g := o.group(); g != "" {
 			groups[i] = &g
 		}
-		sizes[i] = len(id) + len(o.Destination) + len(hj) + len(o.Body) + len(o.group()) + 64
+		sizes[i] = sqlbound.Value(len(id)) + sqlbound.Value(len(o.Destination)) + sqlbound.Value(len(hj)) +
+			sqlbound.Value(len(o.Body)) + sqlbound.Value(len(o.group()))
 	}
+	var todo []int // the messages to write, in order
+	for i := range out {
+		if !out[i].Duplicate {
+			todo = append(todo, i)
+		}
+	}
+	// Statements under sqlbound's bound (CockroachDB refuses a client message over
+	// 16 MiB) and of at most SeqBlock rows, in order: each draws a later sequence block.
+	runs := sqlbound.Split(todo, sqlbound.Size(sqlInsert), sqlbound.DefaultMaxStatementBytes, func(i int) int { return sizes[i] })
 	pg := !isCockroach(tx.Conn())
-	// Statements of at most MaxStatementBytes and SeqBlock rows, in order: each draws a
-	// later sequence block than the one before.
-	for lo := 0; lo < len(msgs); {
-		var ci, cd, ch []string
-		var cb [][]byte
-		var cg []*string
-		bytes, hi := 0, lo
-		for ; hi < len(msgs) && len(ci) < SeqBlock; hi++ {
-			if out[hi].Duplicate {
-				continue
-			}
-			if len(ci) > 0 && bytes+sizes[hi] > MaxStatementBytes {
-				break
-			}
-			bytes += sizes[hi]
-			ci, cd, ch, cb, cg = append(ci, ids[hi]), append(cd, dests[hi]), append(ch, headers[hi]), append(cb, bodies[hi]), append(cg, groups[hi])
+	for len(runs) > 0 {
+		run := runs[0]
+		if len(run) > SeqBlock {
+			runs[0], run = run[SeqBlock:], run[:SeqBlock]
+		} else {
+			runs = runs[1:]
 		}
-		if len(ci) > 0 {
-			var inserted []string
-			var err error
-			if pg {
-				inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg)
-			} else {
-				inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg)
-			}
-			if err != nil {
-				return nil, err
-			}
-			written := make(map[string]bool, len(inserted))
-			for _, id := range inserted {
-				written[id] = true
-			}
-			for i := lo; i < hi; i++ {
-				if !out[i].Duplicate && !written[out[i].ID] {
-					out[i].Duplicate = true // already in the outbox
-				}
-			}
+		ci, cd, ch, cb, cg := make([]string, len(run)), make([]string, len(run)), make([]string, len(run)), make([][]byte, len(run)), make([]*string, len(run))
+		for k, i := range run {
+			ci[k], cd[k], ch[k], cb[k], cg[k] = ids[i], dests[i], headers[i], bodies[i], groups[i]
 		}
-		lo = hi
+		var inserted []string
+		var err error
+		if pg {
+			inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg)
+		} else {
+			inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg)
+		}
+		if err != nil {
+			return nil, err
+		}
+		written := make(map[string]bool, len(inserted))
+		for _, id := range inserted {
+			written[id] = true
+		}
+		for _, i := range run {
+			out[i].Duplicate = !written[out[i].ID] // already in the outbox
+		}
 	}
 	return out, nil
 }
