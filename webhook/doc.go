@@ -12,6 +12,7 @@
 //	engine := process.New(pool, registry, process.Config{}, m, log)
 //	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: "journal"}, engine, pool, m, log)
 //	h.Register(e, "/changefeed")
+//	defer h.Shutdown(ctx) // before the HTTP server's: batches outlive their requests
 //
 // Not a public API. New takes inboxd's internal types (the engine, the metrics), so
 // nothing outside this module can call it, on purpose: a program embedding inboxd gets

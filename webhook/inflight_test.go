@@ -213,3 +213,29 @@ func TestMaxBatchesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A batch past Config.ProcessTimeout is cancelled and answered 503; it leaves the
+// registry, so the sink's next post processes the rows again (what the first one
+// committed is then a no-op for the engine).
+func TestProcessTimeoutEndsBatch(t *testing.T) {
+	p := newBlockingProcessor()
+	h := webhook.New(webhook.Config{AuthHeader: token, ProcessTimeout: 100 * time.Millisecond}, p, nil, nil, nil)
+	u, client := serve(t, h)
+	id := "6f1c3a52-9a57-4a4e-9f55-0c8a3c1b2d01"
+	if a := postBody(context.Background(), client, u, rowsBody(id)); a.status != http.StatusServiceUnavailable {
+		t.Errorf("a batch past its deadline answered %d %v, want 503", a.status, a.err)
+	}
+	<-p.started
+	p.mu.Lock()
+	if len(p.ctxs) != 1 || !errors.Is(p.ctxs[0], context.DeadlineExceeded) {
+		t.Errorf("batch context at return: %v, want deadline exceeded", p.ctxs)
+	}
+	p.mu.Unlock()
+	close(p.release)
+	if a := postBody(context.Background(), client, u, rowsBody(id)); a.status != http.StatusOK || a.body["processed"] != float64(1) {
+		t.Errorf("the next post answered %d %v, want 200 and processed", a.status, a.body)
+	}
+	if n := p.callsOf(id); n != 2 {
+		t.Errorf("processed %d times, want 2 (the timed-out batch, then the next post)", n)
+	}
+}

@@ -29,7 +29,7 @@ type Metrics struct {
 
 	// Webhook (changefeed → inboxd).
 	WebhookBatches *prometheus.CounterVec // by outcome (ok, bad_request, unauthorized, error)
-	WebhookRows    *prometheus.CounterVec // by disposition (processed, ignored, deferred, failed)
+	WebhookRows    *prometheus.CounterVec // by disposition (an outcome, ignored, poison, over_limit, joined: processed by a batch in flight)
 	FeedResolved   prometheus.Gauge       // unix seconds of the latest resolved timestamp
 	FeedLagSeconds prometheus.Gauge       // now - latest resolved, set when it is received
 
