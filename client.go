@@ -64,6 +64,9 @@ type Config struct {
 	CertFile       string
 	KeyFile        string
 	CertHosts      []string
+	// WebhookProcessTimeout bounds one changefeed batch's processing, detached from the
+	// sink's request (the sink's retries join it).
+	WebhookProcessTimeout time.Duration
 
 	// Ingest.
 	BatchSize        int
