@@ -190,6 +190,13 @@ func resolve(cfg Config) (*config.Config, error) {
 // it is retried with backoff, and DEAD after MaxAttempts.
 func (c *Client) Handle(eventType string, h Handler) { c.reg.Replace(eventType, h) }
 
+// RunOnDead lets the later events of an aggregate run on past a DEAD event of
+// eventType, as before parking existed. By default a DEAD event parks its aggregate: the
+// events after it wait until an operator retries it or skips it (POST
+// /admin/events/{id}/skip). Use it for event types whose order does not matter. The
+// DEAD event is recorded as skipped by "inboxd: event type runs on past DEAD".
+func (c *Client) RunOnDead(eventType string) { c.reg.RunOnDead(eventType) }
+
 // Run runs inboxd until ctx is cancelled, then shuts down gracefully (intake first, then
 // the transactions in flight, within Config.ShutdownTimeout) and returns nil. It returns
 // an error when a part fails or the shutdown times out. Run may be called again after

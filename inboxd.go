@@ -66,6 +66,9 @@ var handlers = process.NewRegistry()
 // adds the demo's "registration" handler unless one is registered for that type.
 func Register(eventType string, h Handler) { handlers.Replace(eventType, h) }
 
+// RunOnDead is Client.RunOnDead for Main's handlers.
+func RunOnDead(eventType string) { handlers.RunOnDead(eventType) }
+
 // Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
 // returns the exit code. Its "serve" is a Client over the pool the command line opens,
 // with the handlers given to Register.

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -89,6 +91,64 @@ func (s *Server) adminRetryOne(c echo.Context) error {
 	}
 	s.audit(c, "retry", "id", id, "count", 1)
 	return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: true})
+}
+
+type skipRequest struct {
+	// By names the operator who skips the entry; it is recorded with it.
+	By string `json:"by"`
+}
+
+type skipResponse struct {
+	ID        string     `json:"id"`
+	Status    string     `json:"status"`
+	Skipped   bool       `json:"skipped"`
+	SkippedBy *string    `json:"skipped_by"`
+	SkippedAt *time.Time `json:"skipped_at"`
+}
+
+// maxSkipBy bounds the operator name recorded with a skip.
+const maxSkipBy = 200
+
+// POST /admin/events/{id}/skip skips one DEAD entry: it stays DEAD, records who skipped
+// it and when, and no longer parks its aggregate, whose successors run on. The body
+// names the operator: {"by": "alice@example.com"}. Skipping an entry already skipped
+// changes nothing (200, skipped false); an entry that is not DEAD is 409 (retry it, or
+// wait for it).
+func (s *Server) adminSkipOne(c echo.Context) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	body, err := ReadBody(c)
+	if err != nil {
+		return err
+	}
+	var req skipRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return BadRequest("invalid JSON body", JSONProblem(err))
+	}
+	req.By = strings.TrimSpace(req.By)
+	if req.By == "" || len(req.By) > maxSkipBy || !utf8.ValidString(req.By) || strings.ContainsRune(req.By, 0) {
+		return BadRequest("invalid skip", map[string]string{"by": fmt.Sprintf("must name the operator: 1 to %d bytes of UTF-8", maxSkipBy)})
+	}
+	r, err := journal.Skip(c.Request().Context(), s.cfg.Pool, id, req.By)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return notFound("no journal entry with this id")
+	case errors.Is(err, journal.ErrNotSkippable) && r.Status == journal.StatusDead:
+		s.audit(c, "skip", "id", id, "count", 0, "by", req.By)
+		return c.JSON(http.StatusOK, skipResponse{ID: id, Status: r.Status, SkippedBy: r.SkippedBy, SkippedAt: utcPtr(r.SkippedAt)})
+	case errors.Is(err, journal.ErrNotSkippable):
+		s.audit(c, "skip", "id", id, "count", 0, "status", r.Status)
+		return &httpError{status: http.StatusConflict, msg: "only a DEAD entry can be skipped",
+			detail: map[string]string{"id": id, "status": r.Status}}
+	case err != nil:
+		return Internal("skipping entry", err)
+	}
+	s.audit(c, "skip", "id", id, "count", 1, "by", req.By)
+	return c.JSON(http.StatusOK, skipResponse{ID: id, Status: r.Status, Skipped: true, SkippedBy: r.SkippedBy, SkippedAt: utcPtr(r.SkippedAt)})
 }
 
 type bulkResponse struct {

@@ -139,6 +139,46 @@ func TestAdminRetryOne(t *testing.T) {
 	}
 }
 
+// A DEAD entry parks its aggregate: the entry behind it shows what it waits behind, and
+// an operator's skip, recorded with who and when, moves the aggregate on (issue 18, item 2).
+func TestAdminSkipOne(t *testing.T) {
+	h := newHarness(t, nil)
+	ids := seedEvents(t, h.db.Pool, "registration",
+		map[string]any{"aggregateId": "p-1"}, map[string]any{"aggregateId": "p-1"}, map[string]any{"aggregateId": "p-2"})
+	setStatus(t, h.db.Pool, journal.StatusDead, ids[0])
+
+	var behind entry
+	h.do(t, "GET", "/journal/"+ids[1], nil).JSON(t, &behind)
+	if behind.WaitingBehind == nil || *behind.WaitingBehind != ids[0] || behind.Links["waiting_behind"].Href != "/journal/"+ids[0] {
+		t.Errorf("entry behind a DEAD head: waiting_behind = %v, links %v; want %s", behind.WaitingBehind, behind.Links, ids[0])
+	}
+	expectError(t, h.do(t, "POST", "/admin/events/"+ids[0]+"/skip", map[string]any{}), 400)
+	expectError(t, h.do(t, "POST", "/admin/events/"+ids[0]+"/skip", map[string]any{"by": strings.Repeat("x", 201)}), 400)
+	expectError(t, h.do(t, "POST", "/admin/events/"+ids[1]+"/skip", map[string]any{"by": "alice"}), http.StatusConflict)
+	expectError(t, h.do(t, "POST", "/admin/events/"+message.NewID()+"/skip", map[string]any{"by": "alice"}), 404)
+
+	for i, want := range []bool{true, false} { // the second call is harmless
+		r := h.do(t, "POST", "/admin/events/"+ids[0]+"/skip", map[string]any{"by": "alice"})
+		var res skipResponse
+		r.JSON(t, &res)
+		if r.Code != 200 || res.Skipped != want || res.Status != journal.StatusDead || res.SkippedBy == nil || *res.SkippedBy != "alice" || res.SkippedAt == nil {
+			t.Fatalf("skip %d: %d %s", i, r.Code, r.Body)
+		}
+	}
+	var dead, after entry
+	h.do(t, "GET", "/journal/"+ids[0], nil).JSON(t, &dead)
+	if dead.SkippedBy == nil || *dead.SkippedBy != "alice" || dead.SkippedAt == nil {
+		t.Errorf("skipped entry: %+v", dead)
+	}
+	h.do(t, "GET", "/journal/"+ids[1], nil).JSON(t, &after)
+	if after.WaitingBehind != nil {
+		t.Errorf("after the skip, still waiting behind %s", *after.WaitingBehind)
+	}
+	if !strings.Contains(h.log.String(), `"action":"skip"`) || !strings.Contains(h.log.String(), `"by":"alice"`) {
+		t.Error("skip not logged with who")
+	}
+}
+
 func TestAdminRetryFilter(t *testing.T) {
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration",

@@ -188,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 	post("/admin/events/retry", s.adminRetryFilter, admin)
 	post("/admin/events/replay", s.adminReplay, admin)
 	post("/admin/events/:id/retry", s.adminRetryOne, admin)
+	post("/admin/events/:id/skip", s.adminSkipOne, admin)
 	e.GET("/admin/feed", s.adminFeed, admin)
 	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
 	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)

@@ -82,6 +82,9 @@ func setStatus(t *testing.T, db journal.DB, status string, ids ...string) {
 	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 5, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, status, ids); err != nil {
 		t.Fatal(err)
 	}
+	if err := journal.SyncHeadsOf(context.Background(), db, ids); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestErrorShape(t *testing.T) {

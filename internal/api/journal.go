@@ -30,7 +30,12 @@ type entry struct {
 	UpdatedAt     time.Time       `json:"updated_at"`
 	ProcessedAt   *time.Time      `json:"processed_at"`
 	Payload       json.RawMessage `json:"payload"`
-	Links         Links           `json:"_links"`
+	// SkippedBy and SkippedAt: a DEAD entry an operator skipped (POST /admin/events/{id}/skip).
+	SkippedBy *string    `json:"skipped_by,omitempty"`
+	SkippedAt *time.Time `json:"skipped_at,omitempty"`
+	// WaitingBehind is the DEAD head a pending entry waits behind: its aggregate is parked.
+	WaitingBehind *string `json:"waiting_behind,omitempty"`
+	Links         Links   `json:"_links"`
 }
 
 func toEntry(r journal.Record) entry {
@@ -39,6 +44,7 @@ func toEntry(r journal.Record) entry {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError,
 		NextAttemptAt: r.NextAttemptAt.UTC(), ReceivedAt: r.ReceivedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		ProcessedAt: utcPtr(r.ProcessedAt), Payload: r.Payload,
+		SkippedBy: r.SkippedBy, SkippedAt: utcPtr(r.SkippedAt),
 		Links: Links{
 			"self":   {Href: "/journal/" + r.ID},
 			"events": {Href: EventsPath(r.EventType)},
@@ -121,7 +127,18 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 	if err != nil {
 		return Internal("reading journal entry", err)
 	}
-	return c.JSON(http.StatusOK, toEntry(r))
+	out := toEntry(r)
+	if r.Status == journal.StatusReceived || r.Status == journal.StatusFailed {
+		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.cfg.Pool, r.AggregateID, r.SequenceNo)
+		if err != nil {
+			return Internal("reading journal entry", err)
+		}
+		if parked {
+			out.WaitingBehind = &head
+			out.Links["waiting_behind"] = Link{Href: "/journal/" + head}
+		}
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 type statsResponse struct {

@@ -371,3 +371,32 @@ func Skip(ctx context.Context, db TxDB, id, by string) (Record, error) {
 	}
 	return r, ErrNotSkippable
 }
+
+// Parked counts the aggregates parked by a DEAD head and the events waiting behind
+// them, through aggregate_head_parked and journal_aggregate_pending: the cost follows
+// what is parked, not the journal.
+func Parked(ctx context.Context, db DB) (aggregates, waiting int64, err error) {
+	err = db.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM aggregate_head WHERE parked),
+		       (SELECT count(*) FROM aggregate_head AS h JOIN journal AS j
+		          ON j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
+		        WHERE h.parked)`).Scan(&aggregates, &waiting)
+	if err != nil {
+		return 0, 0, fmt.Errorf("counting parked aggregates: %w", err)
+	}
+	return aggregates, waiting, nil
+}
+
+// ParkedBehind returns the DEAD head that a pending entry of aggregate with sequence
+// number seq waits behind, if its aggregate is parked.
+func ParkedBehind(ctx context.Context, db DB, aggregate string, seq int64) (id string, parked bool, err error) {
+	err = db.QueryRow(ctx, `SELECT head_id::TEXT FROM aggregate_head
+		WHERE aggregate_id = $1::TEXT AND parked AND head_seq < $2::INT8`, aggregate, seq).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the head of aggregate %q: %w", aggregate, err)
+	}
+	return id, true, nil
+}

@@ -37,8 +37,12 @@ type Metrics struct {
 	Processed      *prometheus.CounterVec // by event_type, outcome (processed, rejected, failed, dead, noop)
 	ProcessSeconds *prometheus.HistogramVec
 	Dead           prometheus.Gauge // DEAD rows in the journal, refreshed by the sweeper
-	SweeperRuns    prometheus.Counter
-	SweeperPicked  *prometheus.CounterVec // by kind (retry, stranded)
+	// ParkedAggregates and ParkedWaiting: aggregates held by a DEAD head, and the events
+	// waiting behind them (refreshed by the sweeper).
+	ParkedAggregates prometheus.Gauge
+	ParkedWaiting    prometheus.Gauge
+	SweeperRuns      prometheus.Counter
+	SweeperPicked    *prometheus.CounterVec // by kind (retry, stranded)
 
 	// Health: ages of the last progress (set through MarkIngestCommit and MarkProcessed),
 	// and what the health monitor currently finds stuck.
@@ -88,6 +92,8 @@ func New() *Metrics {
 	m.Processed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_process_outcomes_total", Help: "Processing outcomes by event type."}, []string{"event_type", "outcome"})
 	m.ProcessSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "inboxd_process_seconds", Help: "Latency of one processing transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"event_type"})
 	m.Dead = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_dead_events", Help: "Journal entries in status DEAD."})
+	m.ParkedAggregates = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_parked_aggregates", Help: "Aggregates parked by a DEAD head (retry or skip it to move them on)."})
+	m.ParkedWaiting = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inboxd_parked_waiting_events", Help: "Events waiting behind the DEAD heads of parked aggregates."})
 	m.SweeperRuns = prometheus.NewCounter(prometheus.CounterOpts{Name: "inboxd_sweeper_runs_total", Help: "Sweeper passes."})
 	m.SweeperPicked = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_sweeper_picked_total", Help: "Events the sweeper picked up, by kind."}, []string{"kind"})
 
@@ -111,7 +117,7 @@ func New() *Metrics {
 
 	for _, c := range []prometheus.Collector{m.InflightBytes, m.Stalled, m.Received, m.Duplicates, m.Quarantined, m.Committed, m.Acked, m.BatchSize,
 		m.CommitSeconds, m.Reconnects, m.WebhookBatches, m.WebhookRows, m.FeedResolved, m.FeedLagSeconds,
-		m.Processed, m.ProcessSeconds, m.Dead, m.SweeperRuns, m.SweeperPicked} {
+		m.Processed, m.ProcessSeconds, m.Dead, m.ParkedAggregates, m.ParkedWaiting, m.SweeperRuns, m.SweeperPicked} {
 		f(c)
 	}
 	return m

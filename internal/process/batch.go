@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -168,15 +169,25 @@ func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 	if len(recs) == 0 {
 		return nil
 	}
-	aggOf := make(map[string]journal.Head, len(heads))
-	for _, h := range heads {
-		aggOf[h.ID] = h
-	}
+	// recs follow heads' order (runBatch records in sequence order), so one pass
+	// usually pairs them, without a map (this runs for every batch).
 	var runOn []string
 	aggs := make([]string, 0, len(recs))
+	i := 0
 	for _, r := range recs {
-		h := aggOf[r.ID]
-		aggs = append(aggs, h.AggregateID)
+		for i < len(heads) && heads[i].ID != r.ID {
+			i++
+		}
+		if i == len(heads) {
+			i = slices.IndexFunc(heads, func(h journal.Head) bool { return h.ID == r.ID })
+			if i < 0 {
+				return fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
+			}
+		}
+		h := &heads[i]
+		if n := len(aggs); n == 0 || aggs[n-1] != h.AggregateID {
+			aggs = append(aggs, h.AggregateID)
+		}
 		if r.Status == journal.StatusDead && e.reg.runsOnDead(h.EventType) {
 			runOn = append(runOn, r.ID)
 		}

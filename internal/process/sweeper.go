@@ -99,6 +99,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
 			s.e.m.Dead.Set(float64(dead))
 		}
+		_ = s.refreshParked(ctx)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
@@ -195,7 +196,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	if derr == nil {
 		s.e.m.Dead.Set(float64(dead))
 	}
-	if err := errors.Join(err, derr); err != nil {
+	if err := errors.Join(err, derr, s.refreshParked(ctx)); err != nil {
 		return p, fmt.Errorf("sweeping: %w", err)
 	}
 	return p, nil
@@ -212,4 +213,16 @@ func completed(outs map[string]Outcome, heads []journal.Head) map[string]bool {
 		}
 	}
 	return aggs
+}
+
+// refreshParked sets the parking gauges (inboxd_parked_aggregates,
+// inboxd_parked_waiting_events). Parking is by design, so it never makes inboxd unready.
+func (s *Sweeper) refreshParked(ctx context.Context) error {
+	aggs, waiting, err := journal.Parked(ctx, s.e.db)
+	if err != nil {
+		return err
+	}
+	s.e.m.ParkedAggregates.Set(float64(aggs))
+	s.e.m.ParkedWaiting.Set(float64(waiting))
+	return nil
 }

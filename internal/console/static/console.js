@@ -376,6 +376,8 @@
       row('Attempts', String(ev.attempts));
       row('Last error', ev.last_error || '—');
       if (PENDING.includes(ev.status)) row('Next attempt', fmtTime(ev.next_attempt_at) + ' UTC');
+      if (ev.waiting_behind) row('Waiting behind', el('span', { id: 'waiting-behind' }, eventLink(ev.waiting_behind), ' (DEAD: its aggregate is parked until it is retried or skipped)'));
+      if (ev.skipped_by) row('Skipped', el('span', { id: 'skipped' }, 'by ' + ev.skipped_by + ' at ' + fmtTime(ev.skipped_at) + ' UTC'));
       box.replaceChildren(dl);
       $('#payload').textContent = JSON.stringify(ev.payload, null, 2);
       timeline(ev);
@@ -393,7 +395,10 @@
       switch (ev.status) {
         case 'PROCESSED': item(ev.processed_at || ev.updated_at, 'Processed: the handler\'s effect committed with this status.', 'ok'); break;
         case 'FAILED': item(ev.next_attempt_at, 'Next attempt due.'); break;
-        case 'DEAD': item(ev.updated_at, 'Dead: out of attempts. Retry it once the cause is fixed.', 'bad'); break;
+        case 'DEAD':
+          if (ev.skipped_by) item(ev.skipped_at, 'Dead, skipped by ' + ev.skipped_by + ': the later events of its aggregate run on.', 'bad');
+          else item(ev.updated_at, 'Dead: out of attempts. Its aggregate is parked: later events wait. Retry it once the cause is fixed, or skip it.', 'bad');
+          break;
         case 'REJECTED': item(ev.updated_at, 'Rejected by the handler: ' + (ev.last_error || ''), 'bad'); break;
         default: item(ev.next_attempt_at, 'Waiting to be processed.');
       }
@@ -401,7 +406,7 @@
     }
     function actionsFor(ev) {
       if (RETRYABLE.includes(ev.status)) {
-        actions.replaceChildren(el('p', { class: 'actions' }, el('button', {
+        const p = el('p', { class: 'actions' }, el('button', {
           type: 'button', id: 'retry', class: 'primary', text: 'Retry now',
           onclick: async () => {
             try {
@@ -410,7 +415,23 @@
               await watch(id, render);
             } catch (e) { fail(e); }
           },
-        })));
+        }));
+        if (ev.status === 'DEAD' && !ev.skipped_by) {
+          // Skipping records who: the operator names themself.
+          const by = el('input', { type: 'text', id: 'skip-by', maxlength: '200', placeholder: 'your name', 'aria-label': 'Skipped by' });
+          p.append(' ', by, el('button', {
+            type: 'button', id: 'skip', class: 'danger', text: 'Skip',
+            onclick: async () => {
+              if (!by.value.trim()) { by.focus(); return; }
+              try {
+                await api('/admin/events/' + id + '/skip', { method: 'POST', json: { by: by.value.trim() } });
+                notice('Skipped: the later events of its aggregate run on.', true);
+                await load();
+              } catch (e) { fail(e); }
+            },
+          }));
+        }
+        actions.replaceChildren(p);
       } else if (ev.status === 'PROCESSED' && ev.payload && ev.payload.id !== undefined) {
         const where = el('div');
         actions.replaceChildren(el('p', { class: 'actions' }, el('button', {
