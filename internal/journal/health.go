@@ -7,15 +7,15 @@ import (
 )
 
 // OldestWaiting returns how long the longest-waiting event that processing could take
-// has waited, or 0 when none has waited longer than minAge. An event waits when it is
-// RECEIVED (since received_at, whether a sweeper claimed it or not: a claim that does
-// not finish is no progress), or FAILED and due (since next_attempt_at), and no earlier
-// event of its aggregate is held back for a later retry (that one waits by design, and
-// so do its successors).
+// has waited, or 0 when none has waited longer than minAge. Only an aggregate's head can
+// be taken, and it has waited longest of its aggregate's events: a RECEIVED head since
+// it was received (its due_at is its received_at: claims are row locks and never push a
+// RECEIVED entry's next_attempt_at), a FAILED head since its retry came due. A FAILED
+// head due later, and a parked aggregate, wait by design, and so do their successors.
 //
-// Each half reads one range of the journal_pending index and stops at its first row:
-// unclaimed rows in next_attempt_at order, and the few rows whose next_attempt_at lies
-// ahead (claimed, or FAILED and scheduled). Cheap enough to run every second.
+// It reads the first row of each of the two ranges of aggregate_head_due (migration
+// 0007), so its cost depends neither on the events waiting behind failed or parked heads
+// nor on the journal's size: readiness runs it every second.
 func OldestWaiting(ctx context.Context, db DB, minAge time.Duration) (time.Duration, error) {
 	var secs float64
 	err := db.QueryRow(ctx, oldestWaitingSQL, minAge.Milliseconds()).Scan(&secs)
@@ -25,20 +25,11 @@ func OldestWaiting(ctx context.Context, db DB, minAge time.Duration) (time.Durat
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
-// oldestWaitingSQL is OldestWaiting's statement; $1 is minAge in milliseconds.
-const oldestWaitingSQL = `		WITH unblocked AS (
-			SELECT j.status, j.received_at, j.next_attempt_at FROM journal AS j
-			WHERE j.status IN ('RECEIVED', 'FAILED')
-			  AND NOT EXISTS (
-				SELECT 1 FROM journal AS p
-				WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-				  AND p.status = 'FAILED' AND p.next_attempt_at > now())
-		)
-		SELECT COALESCE(EXTRACT(EPOCH FROM now() - least(
-			(SELECT least(next_attempt_at, received_at) FROM unblocked
-			 WHERE next_attempt_at <= now() - ($1::BIGINT * INTERVAL '1 millisecond')
-			 ORDER BY next_attempt_at LIMIT 1),
-			(SELECT received_at FROM unblocked
-			 WHERE status = 'RECEIVED' AND next_attempt_at > now()
-			   AND received_at <= now() - ($1::BIGINT * INTERVAL '1 millisecond')
-			 ORDER BY received_at LIMIT 1))), 0)::FLOAT8`
+// oldestWaitingSQL is OldestWaiting's statement; $1 is minAge in milliseconds. Each
+// subquery is one descent of aggregate_head_due (received, due_at) WHERE NOT parked.
+const oldestWaitingSQL = `
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - least(
+	(SELECT min(h.due_at) FROM aggregate_head AS h
+	 WHERE NOT h.parked AND NOT h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond'),
+	(SELECT min(h.due_at) FROM aggregate_head AS h
+	 WHERE NOT h.parked AND h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond'))), 0)::FLOAT8`
