@@ -4,7 +4,7 @@ GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 PKGS := ./...
 
-.PHONY: all build test test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
+.PHONY: all build test test-crdb-profile test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
 
 all: lint build test
 
@@ -24,6 +24,11 @@ browser:
 # The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL.
 test: services browser
 	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# The CockroachDB-faithful profile: the database-facing tests again, with CockroachDB's
+# 16 MiB client-message limit in front of PostgreSQL (testenv.LimitProxy).
+test-crdb-profile: services
+	INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
 
 # Unit tests only: integration tests skip when services are unreachable (and CI is unset).
 test-short:

@@ -162,6 +162,7 @@ func refuse(ctx context.Context, db DB, e Entry, cause error) (Result, error) {
 	if e.Headers != nil {
 		b.Headers = e.Headers()
 	}
+	b = boundBad(b, len(b.Body)) // headers and texts capped; the payload fit as an entry
 	res, err := ingest(ctx, db, nil, []Bad{b})
 	if err != nil && !IsUnavailable(err) {
 		res, err = requarantine(ctx, db, b, err)

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,9 @@ type DB struct {
 }
 
 // NewDB creates a database of its own for the test, applies the migrations, and drops
-// it when the test ends.
+// it when the test ends. With INBOXD_TEST_MESSAGE_LIMIT set (bytes, e.g. 16777216),
+// its Pool connects through a LimitProxy that refuses larger client messages as
+// CockroachDB does: the CockroachDB-faithful profile's client-message limit.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -95,6 +98,9 @@ func NewDB(t testing.TB) *DB {
 		t.Fatalf("parsing admin url: %v", err)
 	}
 	u.Path = "/" + name
+	if limit := MessageLimitFromEnv(t); limit > 0 {
+		u.Host = StartLimitProxy(t, u.Host, limit).Addr
+	}
 	dbURL := u.String()
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -105,6 +111,19 @@ func NewDB(t testing.TB) *DB {
 		t.Fatalf("migrating %s: %v", name, err)
 	}
 	return &DB{URL: dbURL, Pool: pool}
+}
+
+// MessageLimitFromEnv is INBOXD_TEST_MESSAGE_LIMIT in bytes, or 0 when unset.
+func MessageLimitFromEnv(t testing.TB) int {
+	v := os.Getenv("INBOXD_TEST_MESSAGE_LIMIT")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("INBOXD_TEST_MESSAGE_LIMIT=%q: want a positive number of bytes", v)
+	}
+	return n
 }
 
 // Broker checks that the STOMP broker answers and returns its address.
