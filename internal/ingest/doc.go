@@ -16,6 +16,10 @@
 //
 //	broker ─▶ reader ─▶ batcher (decode, up to BatchSize or Linger) ─▶ committer (Ingest, then ack)
 //
+// A batch is also closed before it outgrows one statement (Config.MaxStatementBytes,
+// journal.Room): CockroachDB refuses any client message over 16 MiB, and a batch's
+// bodies all travel in one statement.
+//
 // The reader drains Subscription.C at once (go-stomp stalls the whole connection,
 // heart-beats and acks included, when that 16-slot channel is full). The batcher
 // collects the next batch while the committer writes earlier ones: up to
