@@ -82,8 +82,16 @@ type Config struct {
 	DefaultEventType  string
 
 	// Processing.
-	Concurrency      int
+	Concurrency int
+	// The recoverability policy of event types without one of their own (WithRetryPolicy):
+	// a failing handler runs again at once ImmediateRetries times (negative: none), then
+	// the attempt is recorded and retried after RetryBaseDelay, doubling up to
+	// RetryMaxDelay, until MaxAttempts attempts failed and the event is DEAD. The README
+	// shows the default schedule.
+	ImmediateRetries int
 	MaxAttempts      int
+	RetryBaseDelay   time.Duration
+	RetryMaxDelay    time.Duration
 	ProcessBatchSize int
 	HandlerTimeout   time.Duration
 	SweepInterval    time.Duration
@@ -173,6 +181,9 @@ func resolve(cfg Config) (*config.Config, error) {
 			*d = 0 // the table's "keep forever"
 		}
 	}
+	if c.ImmediateRetries < 0 {
+		c.ImmediateRetries = 0 // the table's "none"
+	}
 	if cfg.DisableHTTP {
 		c.HTTPAddr = ""
 	}
@@ -185,10 +196,14 @@ func resolve(cfg Config) (*config.Config, error) {
 	return c, nil
 }
 
-// Handle sets the handler of an event type, replacing any set before. It may be called
-// while the client runs. An event of a type with no handler fails like a handler error:
-// it is retried with backoff, and DEAD after MaxAttempts.
-func (c *Client) Handle(eventType string, h Handler) { c.reg.Replace(eventType, h) }
+// Handle sets the handler of an event type, replacing any set before, with options such
+// as WithRetryPolicy. It may be called while the client runs. An event of a type with no
+// handler fails like a handler error: it is retried with backoff, and DEAD after
+// MaxAttempts.
+func (c *Client) Handle(eventType string, h Handler, opts ...HandleOption) {
+	applyOptions(c.reg, eventType, opts)
+	c.reg.Replace(eventType, h)
+}
 
 // RunOnDead lets the later events of an aggregate run on past a DEAD event of
 // eventType, as before parking existed. By default a DEAD event parks its aggregate: the

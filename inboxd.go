@@ -62,9 +62,41 @@ func Reject(err error) error { return process.Reject(err) }
 // path's registry, like net/http's DefaultServeMux. A Client has its own.
 var handlers = process.NewRegistry()
 
-// Register adds (or replaces) the handler of an event type for Main. With -demo, Main
-// adds the demo's "registration" handler unless one is registered for that type.
-func Register(eventType string, h Handler) { handlers.Replace(eventType, h) }
+// Register adds (or replaces) the handler of an event type for Main, with options such
+// as WithRetryPolicy. With -demo, Main adds the demo's "registration" handler unless one
+// is registered for that type.
+func Register(eventType string, h Handler, opts ...HandleOption) {
+	applyOptions(handlers, eventType, opts)
+	handlers.Replace(eventType, h)
+}
+
+// HandleOption configures how the events of one type are handled (Client.Handle,
+// Register). An option stays set until given again.
+type HandleOption struct {
+	apply func(reg *process.Registry, eventType string)
+}
+
+func applyOptions(reg *process.Registry, eventType string, opts []HandleOption) {
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(reg, eventType)
+		}
+	}
+}
+
+// RetryPolicy is the recoverability policy of an event type: immediate retries, then
+// delayed attempts on a doubling schedule, then DEAD. Its zero fields take Config's
+// values (ImmediateRetries, MaxAttempts, RetryBaseDelay, RetryMaxDelay); a negative
+// ImmediateRetries means none.
+type RetryPolicy = process.RetryPolicy
+
+// WithRetryPolicy gives an event type its own recoverability policy, e.g. fewer
+// attempts for a type whose handler calls nothing that can be down:
+//
+//	c.Handle("order.placed", h, inboxd.WithRetryPolicy(inboxd.RetryPolicy{MaxAttempts: 3}))
+func WithRetryPolicy(p RetryPolicy) HandleOption {
+	return HandleOption{apply: func(reg *process.Registry, eventType string) { reg.SetRetryPolicy(eventType, p) }}
+}
 
 // RunOnDead is Client.RunOnDead for Main's handlers.
 func RunOnDead(eventType string) { handlers.RunOnDead(eventType) }

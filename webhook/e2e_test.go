@@ -54,7 +54,8 @@ func startInstance(t *testing.T, db *testenv.DB, fx *pt.Effects, sweeper *proces
 	reg.Register(registration.EventType, registration.Handler)
 	m := metrics.New()
 	engine := process.New(pool, reg, process.Config{Concurrency: 8, MaxAttempts: maxAttempts,
-		BaseBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, m, nil)
+		BaseBackoff: 2 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		ImmediateRetries: -1}, m, nil) // the checks count one handler run per attempt
 	h := webhook.New(webhook.Config{AuthHeader: token, Sink: "journal"}, engine, pool, m, nil)
 	u, client := serve(t, h)
 	if sweeper != nil {

@@ -81,7 +81,10 @@ type Config struct {
 	Demo bool
 
 	Concurrency      int
+	ImmediateRetries int
 	MaxAttempts      int
+	RetryBaseDelay   time.Duration
+	RetryMaxDelay    time.Duration
 	ProcessBatchSize int
 	HandlerTimeout   time.Duration
 	// WebhookProcessTimeout bounds the processing of one changefeed batch, which runs
@@ -199,7 +202,11 @@ func settings(c *Config) []setting {
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(process.DefaultConcurrency()), num(&c.Concurrency)},
-		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "handler attempts before an event is DEAD", "5", num(&c.MaxAttempts)},
+		// The recoverability policy; its defaults are the engine's (process.Default*).
+		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(process.DefaultImmediateRetries), num(&c.ImmediateRetries)},
+		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "recorded handler attempts before an event is DEAD", strconv.Itoa(process.DefaultMaxAttempts), num(&c.MaxAttempts)},
+		{"retry-base-delay", "INBOXD_RETRY_BASE_DELAY", "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%", process.DefaultBaseBackoff.String(), dur(&c.RetryBaseDelay)},
+		{"retry-max-delay", "INBOXD_RETRY_MAX_DELAY", "longest delay between two attempts", process.DefaultMaxBackoff.String(), dur(&c.RetryMaxDelay)},
 		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},
 		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
 		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", "5m", dur(&c.WebhookProcessTimeout)},
@@ -317,6 +324,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		problems = append(problems, "max-attempts must be at least 1")
+	}
+	if c.ImmediateRetries < 0 {
+		problems = append(problems, "immediate-retries must be at least 0")
+	}
+	if c.RetryBaseDelay < time.Millisecond {
+		problems = append(problems, "retry-base-delay must be at least 1ms")
+	}
+	if c.RetryMaxDelay < c.RetryBaseDelay {
+		problems = append(problems, fmt.Sprintf("retry-max-delay (%s) must be at least retry-base-delay (%s)", c.RetryMaxDelay, c.RetryBaseDelay))
 	}
 	for name, d := range map[string]time.Duration{"retention": c.Retention, "quarantine-retention": c.QuarantineRetention} {
 		// Row-level TTL on CockroachDB takes whole seconds.

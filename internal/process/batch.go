@@ -85,7 +85,16 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		case h.Status == journal.StatusFailed && !h.Due:
 			out = OutcomeNotDue
 		default:
+			pol := e.policy(ev.Type)
 			herr, err := e.runHandler(ctx, tx, ev)
+			// Immediate retries: the same attempt, at once, for flukes. A rejection is
+			// final and a missing handler will not appear in the meantime.
+			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
+				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
+				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
+					"attempt", ev.Attempt, "retry", i+1, "error", herr)
+				herr, err = e.runHandler(ctx, tx, ev)
+			}
 			if err != nil {
 				var to *timeoutError
 				if errors.As(err, &to) {
@@ -100,7 +109,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 				herrs[ev.ID] = herr
 			}
 			if out == OutcomeFailed {
-				r.Backoff = e.cfg.Backoff(ev.Attempt)
+				r.Backoff = pol.Backoff(ev.Attempt)
 			}
 			recs = append(recs, r)
 		}

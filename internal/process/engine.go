@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -30,14 +29,14 @@ type Config struct {
 	// Concurrency bounds the event transactions running at once, across all batches.
 	// Keep it at or below the pool's MaxConns. Default DefaultConcurrency().
 	Concurrency int
-	// MaxAttempts is the number of handler runs after which a failing event goes DEAD.
-	// Default 10.
-	MaxAttempts int
-	// BaseBackoff is the delay before the first retry; it doubles per attempt up to
-	// MaxBackoff, and the actual delay is drawn from [d/2, d] so that events failing
-	// together do not retry together. Defaults 1s and 5m.
-	BaseBackoff time.Duration
-	MaxBackoff  time.Duration
+	// The recoverability policy of every event type without one of its own
+	// (Registry.SetRetryPolicy); see RetryPolicy. Defaults DefaultImmediateRetries (a
+	// negative value means none), DefaultMaxAttempts, DefaultBaseBackoff and
+	// DefaultMaxBackoff.
+	ImmediateRetries int
+	MaxAttempts      int
+	BaseBackoff      time.Duration
+	MaxBackoff       time.Duration
 	// BatchSize bounds the events of one processing transaction. Default 100; see
 	// package doc (Batches) for CockroachDB.
 	BatchSize int
@@ -58,40 +57,25 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency()
 	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 10
-	}
-	if c.BaseBackoff <= 0 {
-		c.BaseBackoff = time.Second
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 5 * time.Minute
-	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
 	}
 	if c.HandlerTimeout <= 0 {
 		c.HandlerTimeout = 30 * time.Second
 	}
-	if c.MaxBackoff < c.BaseBackoff {
-		c.MaxBackoff = c.BaseBackoff
-	}
+	p := c.retryPolicy().Or(DefaultRetryPolicy())
+	c.ImmediateRetries, c.MaxAttempts, c.BaseBackoff, c.MaxBackoff = p.ImmediateRetries, p.MaxAttempts, p.BaseBackoff, p.MaxBackoff
 	return c
 }
 
+func (c Config) retryPolicy() RetryPolicy {
+	return RetryPolicy{ImmediateRetries: c.ImmediateRetries, MaxAttempts: c.MaxAttempts, BaseBackoff: c.BaseBackoff, MaxBackoff: c.MaxBackoff}
+}
+
 // Backoff returns the delay before the retry that follows failed attempt number
-// attempt (1-based), jitter included.
+// attempt (1-based), jitter included, under the engine's policy.
 func (c Config) Backoff(attempt int) time.Duration {
-	c = c.withDefaults()
-	d := c.BaseBackoff
-	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
-		d *= 2
-	}
-	if d > c.MaxBackoff {
-		d = c.MaxBackoff
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return c.withDefaults().retryPolicy().Backoff(attempt)
 }
 
 // Outcome is what one processing transaction did with an event.
@@ -156,6 +140,13 @@ func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger)
 // Registry returns the engine's handler registry.
 func (e *Engine) Registry() *Registry { return e.reg }
 
+// policy is the recoverability policy of an event type: its own fields, the engine's
+// for the rest.
+func (e *Engine) policy(eventType string) RetryPolicy {
+	p, _ := e.reg.retryPolicy(eventType)
+	return p.Or(e.cfg.retryPolicy())
+}
+
 // outcome maps a handler's result to the event's outcome.
 func (e *Engine) outcome(ev Event, herr error) Outcome {
 	switch {
@@ -163,7 +154,7 @@ func (e *Engine) outcome(ev Event, herr error) Outcome {
 		return OutcomeProcessed
 	case errors.Is(herr, ErrRejected):
 		return OutcomeRejected
-	case ev.Attempt >= e.cfg.MaxAttempts:
+	case ev.Attempt >= e.policy(ev.Type).MaxAttempts:
 		return OutcomeDead
 	default:
 		return OutcomeFailed
@@ -190,7 +181,7 @@ func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outco
 func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
 	rec := journal.Outcome{ID: ev.ID, Status: statusOf(out), Error: herr.Error()}
 	if out == OutcomeFailed {
-		rec.Backoff = e.cfg.Backoff(ev.Attempt)
+		rec.Backoff = e.policy(ev.Type).Backoff(ev.Attempt)
 	}
 	got, err := e.recordInOwnTx(ctx, ev, out, rec)
 	if err == nil || journal.IsUnavailable(err) || ctx.Err() != nil {

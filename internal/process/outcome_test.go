@@ -54,7 +54,7 @@ func countingEngine(t *testing.T, db *testenv.DB, fail func(ev process.Event) er
 	h := &countingHandler{calls: map[string]int{}, fail: fail}
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, h)
-	return process.New(db.Pool, reg, process.Config{MaxAttempts: 5, BaseBackoff: time.Hour, MaxBackoff: time.Hour}, nil, nil), h
+	return process.New(db.Pool, reg, process.Config{MaxAttempts: 5, BaseBackoff: time.Hour, MaxBackoff: time.Hour, ImmediateRetries: -1}, nil, nil), h
 }
 
 // multiByteAcross returns an error text of more than 4,000 bytes with a 3-byte rune

@@ -85,6 +85,7 @@ type Registry struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
 	runOn    map[string]bool
+	policies sync.Map // event type → RetryPolicy, see SetRetryPolicy
 }
 
 // NewRegistry returns an empty registry.
@@ -175,4 +176,25 @@ func (r *Registry) Types() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// SetRetryPolicy gives an event type its own recoverability policy; its zero fields
+// take the engine's values. It may be set before or after the type's handler, and
+// while the engine runs. It panics on an empty type or a negative field, like Register.
+func (r *Registry) SetRetryPolicy(eventType string, p RetryPolicy) {
+	if eventType == "" {
+		panic("process: SetRetryPolicy with an empty event type")
+	}
+	if err := p.Validate(); err != nil {
+		panic("process: SetRetryPolicy for " + eventType + ": " + err.Error())
+	}
+	r.policies.Store(eventType, p)
+}
+
+func (r *Registry) retryPolicy(eventType string) (RetryPolicy, bool) {
+	v, ok := r.policies.Load(eventType)
+	if !ok {
+		return RetryPolicy{}, false
+	}
+	return v.(RetryPolicy), true
 }

@@ -187,7 +187,12 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("configuring ingest: %w", err)
 	}
 
-	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, MaxAttempts: cfg.MaxAttempts, HandlerTimeout: cfg.HandlerTimeout,
+	immediate := cfg.ImmediateRetries
+	if immediate == 0 {
+		immediate = -1 // the table's 0 is "none"; the engine's 0 is its default
+	}
+	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
+		ImmediateRetries: immediate, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
 		BatchSize: cfg.ProcessBatchSize},
 		s.m, s.log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
