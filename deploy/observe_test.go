@@ -225,7 +225,7 @@ func TestAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	for _, want := range []string{
 		"inboxd_ingest_received_total", "inboxd_process_outcomes_total", "inboxd_stalled", "inboxd_dead_events",
 		"inboxd_ingest_quarantined_total", "inboxd_feed_resolved_timestamp_seconds", "inboxd_outbox_unsent",
-		"inboxd_outbox_oldest_unsent_age_seconds",
+		"inboxd_outbox_oldest_unsent_age_seconds", "inboxd_parked_aggregates", "inboxd_parked_waiting_events",
 	} {
 		if !used[want] {
 			t.Errorf("neither the alerts nor the dashboard use %s", want)
