@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Times GET /journal/stats, /journal/rates and /readyz on a journal of N settled entries
+# (default 10 M) plus a little pending and failed work: the operator reads must not grow
+# with the journal (issue 20). The database is filled with generate_series, its indexes
+# built afterwards (much faster than maintaining them row by row), then analyzed, as
+# autovacuum would have. About 25 minutes at 10 M on a busy 2-core machine, ~5 GB.
+#
+#   scripts/stats-at-size.sh [N]           keeps the database inboxd_stats_<N> for reruns
+#   INBOXD=./inboxd PGURL=postgres://postgres@127.0.0.1:5432 scripts/stats-at-size.sh 3000000
+set -euo pipefail
+N=${1:-10000000}
+INBOXD=${INBOXD:-./inboxd}
+PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
+DB=inboxd_stats_$N
+ADDR=127.0.0.1:${PORT:-8095}
+P="psql $PGURL/$DB -v ON_ERROR_STOP=1 -qAt"
+
+if ! psql "$PGURL/postgres" -qAt -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
+  psql "$PGURL/postgres" -q -c "CREATE DATABASE $DB"
+  "$INBOXD" migrate -database-url "$PGURL/$DB?sslmode=disable" >/dev/null
+  $P -c "SELECT indexdef FROM pg_indexes WHERE tablename = 'journal' AND indexname <> 'journal_pkey'" > "/tmp/$DB.indexes"
+  for i in $($P -c "SELECT indexname FROM pg_indexes WHERE tablename = 'journal' AND indexname <> 'journal_pkey'"); do
+    $P -c "DROP INDEX $i"
+  done
+  for ((s = 0; s < N; s += 1000000)); do
+    $P -c "INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+      SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', t, 'aggregateId', 'c-' || (g % 500000)::TEXT,
+               'data', jsonb_build_object('email', 'user' || g::TEXT || '@example.com', 'jurisdiction', (ARRAY['mga','ukgc'])[1 + g % 2])),
+             t, 'c-' || (g % 500000)::TEXT, '/queue/events', 'PROCESSED', 1,
+             now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second'
+      FROM (SELECT g, (ARRAY['registration','payment','deposit','withdrawal','login'])[1 + g % 5] AS t
+            FROM generate_series($s + 1, least($s + 1000000, $N)) AS g) AS x"
+    echo "$(date -u +%T) $((s + 1000000 < N ? s + 1000000 : N)) settled entries" >&2
+  done
+  # Pending and failed work, due in an hour so that serve leaves it as it is.
+  $P -c "INSERT INTO journal (payload, event_type, aggregate_id, status, next_attempt_at)
+    SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'registration', 'p-' || g::TEXT,
+           (ARRAY['RECEIVED','RECEIVED','RECEIVED','RECEIVED','FAILED','DEAD','REJECTED','REJECTED'])[1 + g % 8], now() + INTERVAL '1 hour'
+    FROM generate_series(1, 2000) AS g"
+  while read -r def; do $P -c "$def"; done < "/tmp/$DB.indexes"
+  $P -c "VACUUM ANALYZE journal"
+fi
+
+"$INBOXD" serve -database-url "$PGURL/$DB?sslmode=disable" -destination /queue/inboxd-stats-at-size -http-addr "$ADDR" >"/tmp/$DB.serve.log" 2>&1 &
+serve=$!
+trap 'kill $serve' EXIT
+for _ in $(seq 50); do curl -sf -o /dev/null "http://$ADDR/healthz" && break; sleep 0.2; done
+echo "journal: $($P -c "SELECT reltuples::INT8 FROM pg_class WHERE relname = 'journal'") entries (estimate); $(uptime | sed 's/.*load/load/')"
+for ep in journal/stats 'journal/rates?minutes=10' journal readyz; do
+  for _ in $(seq 30); do curl -s -o /dev/null -w '%{time_total}\n' "http://$ADDR/$ep"; done | sort -n |
+    awk -v ep="$ep" '{a[NR] = $1} END {printf "%-26s p50 %5.1f ms  p95 %5.1f ms  max %5.1f ms\n", ep, a[int(NR/2)+1]*1000, a[int(NR*0.95)]*1000, a[NR]*1000}'
+done
