@@ -136,18 +136,23 @@ func TestIngestMessageTooLargeIsNotAnOutage(t *testing.T) {
 		b.Entries = append(b.Entries, bigEntry(t, i, 300<<10))
 	}
 	b.Entries = append(b.Entries, bigEntry(t, 10, 2<<20)) // alone over the server's 1 MiB
+	b.Bad = append(b.Bad, journal.Bad{Reason: message.ReasonNotJSON, Destination: "/queue/t", Body: bytes.Repeat([]byte("q"), 2<<20)})
 	res, err := journal.Ingest(ctx, db.Pool, b)
 	if err != nil {
 		t.Fatalf("Ingest: %v", err)
 	}
-	if res.Inserted != 10 || res.Quarantined != 1 {
-		t.Fatalf("result %+v, want 10 inserted and 1 quarantined", res)
+	if res.Inserted != 10 || res.Quarantined != 2 {
+		t.Fatalf("result %+v, want 10 inserted and 2 quarantined", res)
 	}
 	if proxy.Refused() == 0 {
 		t.Fatal("no statement was refused: the server's limit was not exercised")
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine WHERE reason = 'too_large'`); n != 1 {
 		t.Errorf("%d too_large rows, want 1", n)
+	}
+	// Both keep their first 4 KiB, and say so.
+	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine WHERE length(body) = 4096 AND detail LIKE 'body truncated%'`); n != 2 {
+		t.Errorf("%d rows keep 4 KiB and say so, want 2", n)
 	}
 	tooLarge := &pgconn.PgError{Code: "08P01", Message: "message size 17 MiB bigger than maximum allowed message size 16 MiB"}
 	if journal.IsUnavailable(fmt.Errorf("inserting: %w", tooLarge)) {
