@@ -80,6 +80,11 @@ type Config struct {
 	// refuses a client message over 16 MiB); max body bytes must fit one.
 	MaxStatementBytes int
 	DefaultEventType  string
+	// IDSource says where a message's event id is read from: "payload:FIELD" (default
+	// "payload:id") or "header:NAME", for example "header:message-id" (the JMS message
+	// id). Ids need not be UUIDs; the journal keys a non-UUID id by its UUIDv5.
+	// CloudEvents are keyed by source and id whatever it says.
+	IDSource string
 
 	// Processing.
 	Concurrency int

@@ -128,14 +128,30 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		return nil, fmt.Errorf("reading schema_migrations: %w", err)
 	}
 	var done []string
+	var db string // the dialect, detected when a statement needs it
 	for _, m := range migrations {
 		if applied[m.Version] {
 			continue
 		}
 		// Statements run one by one: CockroachDB does not allow schema changes of a table
 		// created in the same implicit transaction to be mixed freely with other statements.
-		for _, stmt := range splitStatements(m.SQL) {
-			if _, err := pool.Exec(ctx, stmt); err != nil {
+		stmts, err := Statements(m.SQL)
+		if err != nil {
+			return done, fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		for _, stmt := range stmts {
+			if stmt.Only != "" && db == "" {
+				if db, err = dialect(ctx, pool); err != nil {
+					return done, err
+				}
+			}
+			if !stmt.RunsOn(db) {
+				continue
+			}
+			if _, err := pool.Exec(ctx, stmt.SQL); err != nil {
+				if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && stmt.DoneIf != "" && pgErr.Code == stmt.DoneIf {
+					continue
+				}
 				return done, fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
 		}
@@ -148,25 +164,78 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	return done, nil
 }
 
-// splitStatements splits a migration on semicolons at line ends. Migrations hold no
-// semicolons inside strings or bodies, which TestMigrationsSplit keeps true.
-func splitStatements(sql string) []string {
-	var out []string
+// Dialects a statement may be limited to (see Statement.Only).
+const (
+	PostgreSQL  = "postgresql"
+	CockroachDB = "cockroachdb"
+)
+
+// Statement is one statement of a migration, with the directives written in comment
+// lines just above it:
+//
+//	-- inboxd:only postgresql|cockroachdb   run it on that database only
+//	-- inboxd:done-if SQLSTATE              that error means the statement's work is done
+//
+// Both are for the rare change the two databases spell differently; keep such
+// statements small and in pairs.
+type Statement struct {
+	SQL    string
+	Only   string // "" (both), PostgreSQL or CockroachDB
+	DoneIf string // a SQLSTATE that means already applied
+}
+
+// RunsOn reports whether s runs on the database of that dialect.
+func (s Statement) RunsOn(dialect string) bool { return s.Only == "" || s.Only == dialect }
+
+// Statements splits a migration into its statements, on semicolons at line ends.
+// Migrations hold no semicolons inside strings or bodies, which TestMigrationsSplit keeps
+// true.
+func Statements(sql string) ([]Statement, error) {
+	var out []Statement
 	var cur strings.Builder
-	for _, line := range strings.Split(sql, "\n") {
+	var next Statement
+	for n, line := range strings.Split(sql, "\n") {
 		trimmed := strings.TrimSpace(line)
+		if d, ok := strings.CutPrefix(trimmed, "-- inboxd:"); ok {
+			key, val, _ := strings.Cut(d, " ")
+			val = strings.TrimSpace(val)
+			switch {
+			case key == "only" && (val == PostgreSQL || val == CockroachDB):
+				next.Only = val
+			case key == "done-if" && len(val) == 5:
+				next.DoneIf = val
+			default:
+				return nil, fmt.Errorf("line %d: unknown directive %q", n+1, trimmed)
+			}
+			continue
+		}
 		if strings.HasPrefix(trimmed, "--") || trimmed == "" {
 			continue
 		}
 		cur.WriteString(line)
 		cur.WriteByte('\n')
 		if strings.HasSuffix(trimmed, ";") {
-			out = append(out, strings.TrimSpace(cur.String()))
+			next.SQL = strings.TrimSpace(cur.String())
+			out = append(out, next)
 			cur.Reset()
+			next = Statement{}
 		}
 	}
 	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
+		next.SQL = s
+		out = append(out, next)
 	}
-	return out
+	return out, nil
+}
+
+// dialect is the database's dialect, from version(): CockroachDB says so.
+func dialect(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var v string
+	if err := pool.QueryRow(ctx, `SELECT version()`).Scan(&v); err != nil {
+		return "", fmt.Errorf("detecting the database: %w", err)
+	}
+	if strings.Contains(v, "CockroachDB") {
+		return CockroachDB, nil
+	}
+	return PostgreSQL, nil
 }

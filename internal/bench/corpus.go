@@ -72,7 +72,7 @@ func malformedBody(i int) []byte {
 	case 1:
 		return fmt.Appendf(nil, `{"type":"registration","n":%d}`, i) // no id
 	case 2:
-		return fmt.Appendf(nil, `{"id":"not-a-uuid-%d"}`, i)
+		return fmt.Appendf(nil, `{"id":%d}`, i) // a number: any string would be an id (issue 22.3)
 	default:
 		return fmt.Appendf(nil, `[%d]`, i) // JSON, not an object
 	}

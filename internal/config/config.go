@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -72,6 +73,9 @@ type Config struct {
 	MaxBodyBytes     int
 	MaxInflightBytes int
 	DefaultEventType string
+	// IDSource says where a message's event id is read from (message.ParseIDSource):
+	// payload:FIELD or header:NAME. CloudEvents are keyed by source and id whatever it says.
+	IDSource string
 	// MaxStatementBytes bounds one SQL statement carrying message bytes, parameters
 	// included: CockroachDB refuses a client message over 16 MiB (package sqlbound).
 	MaxStatementBytes int
@@ -200,6 +204,7 @@ func settings(c *Config) []setting {
 		{"max-statement-bytes", "INBOXD_MAX_STATEMENT_BYTES", "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one", strconv.Itoa(sqlbound.DefaultMaxStatementBytes), num(&c.MaxStatementBytes)},
 		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", "67108864", num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
+		{"id-source", "INBOXD_ID_SOURCE", "where a message's event id is read: payload:FIELD (a top-level payload field) or header:NAME (a STOMP header, e.g. header:message-id, the JMS message id); any string, UUID or not. CloudEvents are always keyed by source and id", "payload:id", str(&c.IDSource)},
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(process.DefaultConcurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
@@ -309,6 +314,9 @@ func (c *Config) Validate() error {
 	}
 	if err := journal.CheckBodyBound(c.MaxBodyBytes, c.MaxStatementBytes); err != nil {
 		problems = append(problems, strings.ReplaceAll(err.Error(), "max body bytes", "max-body-bytes"))
+	}
+	if _, err := message.ParseIDSource(c.IDSource); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if c.MaxInflightBytes < c.MaxBodyBytes {
 		problems = append(problems, fmt.Sprintf("max-inflight-bytes (%d) must be at least max-body-bytes (%d)", c.MaxInflightBytes, c.MaxBodyBytes))

@@ -103,6 +103,8 @@ type Config struct {
 	// subscribes again with a prefetch that fits the bound for the largest body seen.
 	MaxInflightBytes int64
 	DefaultEventType string // for payloads that name no type
+	// IDSource says where the event id is read from (zero: the payload's "id").
+	IDSource message.IDSource
 
 	// CommitTimeout bounds one Ingest call (default 30s). Ingest runs detached from
 	// Run's context so that shutdown finishes the batch in flight.

@@ -117,7 +117,7 @@ func TestBadInputIsQuarantinedAndAcked(t *testing.T) {
 		{"not json", []byte("hello, \xff world"), message.ReasonNotJSON},
 		{"not an object", []byte(`[1,2,3]`), message.ReasonNotObject},
 		{"missing id", []byte(`{"type":"registration"}`), message.ReasonMissingID},
-		{"non-uuid id", []byte(`{"id":"12345"}`), message.ReasonInvalidID},
+		{"empty id", []byte(`{"id":""}`), message.ReasonInvalidID},
 		{"numeric id", []byte(`{"id":12345}`), message.ReasonInvalidID},
 		{"oversize", []byte(fmt.Sprintf(`{"id":"8a1e2b3c-4d5e-4f60-8a7b-8c9d0e1f2a3b","pad":%q}`, strings.Repeat("x", maxBody))), message.ReasonTooLarge},
 		{"same id, other payload", []byte(fmt.Sprintf(`{"id":%q,"v":2}`, conflictID)), message.ReasonIDConflict},

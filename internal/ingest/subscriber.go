@@ -643,7 +643,7 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		mt.Received.WithLabelValues(dest).Inc()
 	}
 	ev, err := message.Decode(m.Body, m.Header.Get, message.Options{
-		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType})
+		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType, IDSource: s.cfg.IDSource})
 	if err == nil {
 		e := journal.Entry{Event: ev, Destination: dest,
 			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }}

@@ -12,9 +12,9 @@ import (
 // InsertOne is the textbook inbox write, one statement per message:
 // INSERT … ON CONFLICT DO NOTHING. It reports whether the row is new.
 func InsertOne(ctx context.Context, db DB, e Entry) (bool, error) {
-	tag, err := db.Exec(ctx, `INSERT INTO journal (payload, event_type, aggregate_id, tag)
-		VALUES ($1::TEXT::JSONB, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
-		string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination)
+	tag, err := db.Exec(ctx, `INSERT INTO journal (id, payload, event_type, aggregate_id, tag)
+		VALUES ($1::UUID, $2::TEXT::JSONB, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+		e.Event.ID, string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination)
 	if err != nil {
 		return false, fmt.Errorf("inserting event %s: %w", e.Event.ID, err)
 	}
@@ -24,10 +24,10 @@ func InsertOne(ctx context.Context, db DB, e Entry) (bool, error) {
 // seedExpiredSQL writes n PROCESSED entries last updated age ago, for the benchmark of
 // retention; their ids are random, their tag says what they are.
 const seedExpiredSQL = `
-INSERT INTO journal (payload, event_type, aggregate_id, tag, status, updated_at, processed_at)
-SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'seed', 'seed', 'retention-seed', 'PROCESSED',
+INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, updated_at, processed_at)
+SELECT s.u, jsonb_build_object('id', s.u::TEXT), 'seed', 'seed', 'retention-seed', 'PROCESSED',
        now() - $2::INT8 * INTERVAL '1 millisecond', now() - $2::INT8 * INTERVAL '1 millisecond'
-FROM generate_series(1, $1::INT8)`
+FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s`
 
 // SeedExpired writes n expired PROCESSED entries (the retention benchmark's backlog).
 func SeedExpired(ctx context.Context, db DB, n int, age time.Duration) error {
@@ -161,12 +161,12 @@ const (
 // seedSettledSQL writes $2 PROCESSED entries numbered from $1, received and settled
 // over the last week, shaped like the demo's registration events.
 const seedSettledSQL = `
-INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
-SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', 'registration', 'aggregateId', 'settled-' || g::TEXT,
+INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+SELECT s.u, jsonb_build_object('id', s.u::TEXT, 'type', 'registration', 'aggregateId', 'settled-' || g::TEXT,
          'jurisdiction', 'mga', 'email', 'settled-' || g::TEXT || '@example.com', 'name', 'Settled Customer ' || g::TEXT),
        'registration', 'settled-' || g::TEXT, 'bench-settled', 'PROCESSED', 1,
        now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second'
-FROM generate_series($1::INT8, $1::INT8 + $2::INT8 - 1) AS g`
+FROM (SELECT g, gen_random_uuid() AS u FROM generate_series($1::INT8, $1::INT8 + $2::INT8 - 1) AS g) AS s`
 
 // SeedSettled writes n settled entries (the journal-size benchmark's history), a
 // million per statement, and analyzes the journal as autovacuum would have by then.
@@ -190,15 +190,15 @@ func SeedSettled(ctx context.Context, db DB, n int) error {
 // sequence is moved past them so that later ingest batches number after them.
 const seedBlockedSQL = `
 WITH ins AS (
-	INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, last_error, next_attempt_at, sequence_no)
-	SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', 'registration', 'aggregateId', 'blocked-' || (n % $1::INT8)::TEXT),
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, last_error, next_attempt_at, sequence_no)
+	SELECT s.u, jsonb_build_object('id', s.u::TEXT, 'type', 'registration', 'aggregateId', 'blocked-' || (n % $1::INT8)::TEXT),
 	       'registration', 'blocked-' || (n % $1::INT8)::TEXT, 'bench-blocked',
 	       CASE WHEN n < $1::INT8 THEN 'FAILED' ELSE 'RECEIVED' END,
 	       CASE WHEN n < $1::INT8 THEN 1 ELSE 0 END,
 	       CASE WHEN n < $1::INT8 THEN 'downstream unavailable' END,
 	       CASE WHEN n < $1::INT8 THEN now() + INTERVAL '1 hour' ELSE now() END,
 	       n + 1
-	FROM generate_series(0, $1::INT8 + $2::INT8 - 1) AS n
+	FROM (SELECT n, gen_random_uuid() AS u FROM generate_series(0, $1::INT8 + $2::INT8 - 1) AS n) AS s
 	RETURNING 1
 )
 SELECT setval('journal_sequence_no', (SELECT count(*) FROM ins) + 1)`

@@ -24,18 +24,18 @@ func seedBlocked(t *testing.T, db *testenv.DB, blocked, behind, due int) {
 		sql  string
 		args []any
 	}{
-		{`INSERT INTO journal (payload, event_type, aggregate_id, sequence_no, status, attempts, next_attempt_at)
-		  SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'seed', 'blk-' || g, g, 'FAILED', 1, now() + INTERVAL '1 hour'
-		  FROM generate_series(1, $1::INT8) AS g`, []any{blocked}},
+		{`INSERT INTO journal (id, payload, event_type, aggregate_id, sequence_no, status, attempts, next_attempt_at)
+		  SELECT u, jsonb_build_object('id', u::TEXT), 'seed', 'blk-' || g, g, 'FAILED', 1, now() + INTERVAL '1 hour'
+		  FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`, []any{blocked}},
 		// Waiting since before the outage: older than anything due, so an index on
 		// next_attempt_at meets them first.
-		{`INSERT INTO journal (payload, event_type, aggregate_id, sequence_no, next_attempt_at, received_at)
-		  SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'seed', 'blk-' || (g % $2::INT8 + 1), $2::INT8 + g,
+		{`INSERT INTO journal (id, payload, event_type, aggregate_id, sequence_no, next_attempt_at, received_at)
+		  SELECT u, jsonb_build_object('id', u::TEXT), 'seed', 'blk-' || (g % $2::INT8 + 1), $2::INT8 + g,
 		         now() - INTERVAL '1 hour', now() - INTERVAL '1 hour'
-		  FROM generate_series(1, $1::INT8) AS g`, []any{behind, blocked}},
-		{`INSERT INTO journal (payload, event_type, aggregate_id, sequence_no, next_attempt_at)
-		  SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'seed', 'due-' || g, 10000000 + g, now() - INTERVAL '1 second'
-		  FROM generate_series(1, $1::INT8) AS g`, []any{due}},
+		  FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`, []any{behind, blocked}},
+		{`INSERT INTO journal (id, payload, event_type, aggregate_id, sequence_no, next_attempt_at)
+		  SELECT u, jsonb_build_object('id', u::TEXT), 'seed', 'due-' || g, 10000000 + g, now() - INTERVAL '1 second'
+		  FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`, []any{due}},
 	} {
 		if _, err := db.Pool.Exec(ctx, q.sql, q.args...); err != nil {
 			t.Fatal(err)

@@ -106,21 +106,21 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
 const ingestSQL = `
 WITH input AS (
-	SELECT t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord
-	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[])
-	     WITH ORDINALITY AS t(raw, event_type, aggregate_id, tag, conflict_id, ord)
+	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord
+	FROM unnest($14::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[])
+	     WITH ORDINALITY AS t(id, raw, event_type, aggregate_id, tag, conflict_id, ord)
 ),
 existing AS (
 	SELECT j.id, j.payload FROM journal AS j
-	WHERE j.id = ANY (SELECT (payload->>'id')::UUID FROM input)
+	WHERE j.id = ANY (SELECT id FROM input)
 ),
 block AS MATERIALIZED (
 	SELECT nextval('journal_sequence_no') AS first_seq
 ),
 ins AS (
-	INSERT INTO journal (payload, event_type, aggregate_id, tag, sequence_no)
-	SELECT i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1 FROM input AS i CROSS JOIN block AS b
-	ORDER BY (i.payload->>'id')::UUID
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no)
+	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1 FROM input AS i CROSS JOIN block AS b
+	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
 ),
@@ -129,9 +129,9 @@ heads AS (
 	-- NOTHING: it takes the row lock that orders ingest with SyncHeads. Unreferenced, it
 	-- still runs once on both databases (common-table-expressions#data-modifying-statements).
 	INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received)
-	SELECT DISTINCT ON (i.aggregate_id) i.aggregate_id, (i.payload->>'id')::UUID, b.first_seq + i.ord - 1, now(), true
+	SELECT DISTINCT ON (i.aggregate_id) i.aggregate_id, i.id, b.first_seq + i.ord - 1, now(), true
 	FROM input AS i CROSS JOIN block AS b
-	WHERE (i.payload->>'id')::UUID IN (SELECT id FROM ins)
+	WHERE i.id IN (SELECT id FROM ins)
 	ORDER BY i.aggregate_id, i.ord
 	ON CONFLICT (aggregate_id) DO UPDATE SET
 	    head_id = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
@@ -155,7 +155,7 @@ bad AS (
 		SELECT input.conflict_id AS id, 'id_conflict' AS reason,
 		       'id already journaled with a different payload; the journal keeps the first' AS detail,
 		       input.tag AS destination, convert_to(input.raw, 'UTF8') AS body, e.id AS event_id
-		FROM input JOIN existing AS e ON e.id = (input.payload->>'id')::UUID
+		FROM input JOIN existing AS e ON e.id = input.id
 		WHERE e.payload <> input.payload
 	) AS i
 ),
@@ -170,8 +170,8 @@ SELECT (SELECT count(*) FROM ins),
        (SELECT count(*) FROM bad WHERE found_here),
        (SELECT count(*) FROM q),
        ARRAY(SELECT i.ord FROM input AS i
-             WHERE (i.payload->>'id')::UUID NOT IN (SELECT id FROM ins)
-               AND (i.payload->>'id')::UUID NOT IN (SELECT id FROM existing))`
+             WHERE i.id NOT IN (SELECT id FROM ins)
+               AND i.id NOT IN (SELECT id FROM existing))`
 
 // racedSQL settles the entries ingestSQL could not judge: rows another transaction
 // inserted while the statement ran (it waited for them, then did nothing), which its
@@ -179,11 +179,11 @@ SELECT (SELECT count(*) FROM ins),
 // recorded as an id_conflict here. It is idempotent, like the rest of the batch.
 const racedSQL = `
 WITH raced AS (
-	SELECT t.raw, t.raw::JSONB AS payload, t.tag, t.conflict_id::UUID AS conflict_id
-	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(raw, tag, conflict_id)
+	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.tag, t.conflict_id::UUID AS conflict_id
+	FROM unnest($4::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[]) AS t(id, raw, tag, conflict_id)
 ),
 differs AS (
-	SELECT r.*, j.id AS event_id FROM raced AS r JOIN journal AS j ON j.id = (r.payload->>'id')::UUID
+	SELECT r.*, j.id AS event_id FROM raced AS r JOIN journal AS j ON j.id = r.id
 	WHERE j.payload <> r.payload
 ),
 q AS (
@@ -226,13 +226,15 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 }
 
 func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, error) {
-	bad, ids := uniqueBad(bad)
+	bad, badIDs := uniqueBad(bad)
 	payloads := make([]string, len(entries))
 	types := make([]string, len(entries))
 	aggs := make([]string, len(entries))
 	tags := make([]string, len(entries))
 	conflictIDs := make([]string, len(entries))
+	ids := make([]string, len(entries))
 	for i, e := range entries {
+		ids[i] = e.Event.ID
 		conflictIDs[i] = message.QuarantineID(message.ReasonIDConflict, e.Destination, e.Event.Payload)
 		payloads[i] = string(e.Event.Payload)
 		types[i] = e.Event.EventType
@@ -267,17 +269,17 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	var inserted, conflicts, quarantined int64
 	var raced []int64
 	err := db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
-		ids, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs).Scan(&inserted, &conflicts, &quarantined, &raced)
+		badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids).Scan(&inserted, &conflicts, &quarantined, &raced)
 	if err != nil {
 		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
 	}
 	if len(raced) > 0 {
-		raws, rtags, rconf := make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced))
+		raws, rtags, rconf, rids := make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced))
 		for i, ord := range raced { // ord is 1-based (WITH ORDINALITY)
-			raws[i], rtags[i], rconf[i] = payloads[ord-1], tags[ord-1], conflictIDs[ord-1]
+			raws[i], rtags[i], rconf[i], rids[i] = payloads[ord-1], tags[ord-1], conflictIDs[ord-1], ids[ord-1]
 		}
 		var more, moreQ int64
-		if err := db.QueryRow(ctx, racedSQL, raws, rtags, rconf).Scan(&more, &moreQ); err != nil {
+		if err := db.QueryRow(ctx, racedSQL, raws, rtags, rconf, rids).Scan(&more, &moreQ); err != nil {
 			return Result{}, fmt.Errorf("checking %d entries inserted concurrently elsewhere: %w", len(raced), err)
 		}
 		conflicts += more

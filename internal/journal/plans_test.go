@@ -22,17 +22,17 @@ func plannedJournal(t *testing.T) *pgxpool.Pool {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if _, err := db.Pool.Exec(ctx, `
-		INSERT INTO journal (payload, event_type, aggregate_id, status, received_at, updated_at, processed_at)
-		SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), (ARRAY['a', 'b', 'c'])[1 + g % 3], 'agg-' || (g % 1000)::TEXT,
+		INSERT INTO journal (id, payload, event_type, aggregate_id, status, received_at, updated_at, processed_at)
+		SELECT u, jsonb_build_object('id', u::TEXT), (ARRAY['a', 'b', 'c'])[1 + g % 3], 'agg-' || (g % 1000)::TEXT,
 		       'PROCESSED', now() - INTERVAL '1 day', now() - INTERVAL '1 day', now() - INTERVAL '1 day'
-		FROM generate_series(1, 30000) AS g`); err != nil {
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 30000) AS g) AS s`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, `
-		INSERT INTO journal (payload, event_type, aggregate_id, status)
-		SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'a', 'agg-' || g::TEXT,
+		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
+		SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'agg-' || g::TEXT,
 		       (ARRAY['RECEIVED', 'FAILED', 'DEAD', 'REJECTED', 'PROCESSED'])[1 + g % 5]
-		FROM generate_series(1, 50) AS g`); err != nil {
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 50) AS g) AS s`); err != nil {
 		t.Fatal(err)
 	}
 	if err := RebuildHeads(ctx, db.Pool); err != nil {
@@ -224,9 +224,9 @@ func TestReadStatsLargeJournal(t *testing.T) {
 		t.Fatalf("small journal: estimated %v total %d by type %v", s.Estimated, s.Total, s.ByType)
 	}
 	if _, err := pool.Exec(ctx, `
-		INSERT INTO journal (payload, event_type, aggregate_id, status)
-		SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'd', 'agg', 'PROCESSED'
-		FROM generate_series(1, $1::INT8)`, ExactCountLimit); err != nil {
+		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
+		SELECT u, jsonb_build_object('id', u::TEXT), 'd', 'agg', 'PROCESSED'
+		FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s`, ExactCountLimit); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE journal`); err != nil {

@@ -104,7 +104,8 @@ func Plan(cfg Config) ([][]byte, Expected, error) {
 		case message.ReasonMissingID:
 			body = fmt.Appendf(nil, `{"type":%q,"nonce":%q}`, eventType, nonce)
 		case message.ReasonInvalidID:
-			body = fmt.Appendf(nil, `{"id":"not-a-uuid-%s","type":%q}`, nonce, eventType)
+			// Any string is an id (issue 22.3); a number is not.
+			body = fmt.Appendf(nil, `{"id":12345,"nonce":%q,"type":%q}`, nonce, eventType)
 		case message.ReasonTooLarge:
 			head := fmt.Sprintf(`{"id":%q,"pad":"`, nonce)
 			pad := limit + 1 - len(head) - 2

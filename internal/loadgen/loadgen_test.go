@@ -102,8 +102,8 @@ func TestVerify(t *testing.T) {
 	if err := Verify(ctx, db.Pool, exp); err != nil {
 		t.Fatalf("Verify after an exact ingest: %v", err)
 	}
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO journal (payload, event_type, aggregate_id, tag)
-		VALUES ('{"id":"00000000-0000-4000-8000-000000000001"}', 't', 'a', $1)`, cfg.Destination); err != nil {
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO journal (id, payload, event_type, aggregate_id, tag)
+		VALUES ('00000000-0000-4000-8000-000000000001', '{"id":"00000000-0000-4000-8000-000000000001"}', 't', 'a', $1)`, cfg.Destination); err != nil {
 		t.Fatal(err)
 	}
 	if err := Verify(ctx, db.Pool, exp); err == nil || !strings.Contains(err.Error(), "unexpected") {

@@ -60,7 +60,9 @@ func (e *Invalid) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Deta
 
 // Event is a decoded, valid message.
 type Event struct {
-	ID          string // canonical lower-case UUID
+	// ID is the journal's primary key: the event id itself when it is a UUID (canonical,
+	// lower case), else the UUIDv5 of the event's key (JournalID).
+	ID          string
 	EventType   string
 	AggregateID string
 	// Payload is the body as received; the journal stores it as JSONB.
@@ -71,9 +73,13 @@ type Event struct {
 type Options struct {
 	MaxBodyBytes     int    // 0 means DefaultMaxBodyBytes
 	DefaultEventType string // used when neither header nor payload names a type
+	// IDSource says where the event id is read from (zero: the payload's "id").
+	IDSource IDSource
 }
 
-// Decode turns a message body and its headers into an Event. The error is always an
+// Decode turns a message body and its headers into an Event. The event id is any
+// non-empty string (opts.IDSource says where it is read); see JournalID for the
+// journal's key computed from it. The error is always an
 // *Invalid whose Reason says where the message must go.
 //
 // The event type comes from the event-type header, else the payload's "type", else
@@ -106,17 +112,9 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	if fields == nil {
 		return Event{}, &Invalid{ReasonNotObject, "body is JSON null, not an object"}
 	}
-	rawID, ok := fields["id"]
-	if !ok {
-		return Event{}, &Invalid{ReasonMissingID, `payload has no "id" field`}
-	}
-	var id string
-	if err := json.Unmarshal(rawID, &id); err != nil {
-		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" must be a UUID string, got %s`, Truncate(string(rawID), 64))}
-	}
-	canon, ok := CanonicalUUID(id)
-	if !ok {
-		return Event{}, &Invalid{ReasonInvalidID, fmt.Sprintf(`"id" %q is not a UUID`, Truncate(id, 64))}
+	canon, err := eventID(fields, header, opts.IDSource)
+	if err != nil {
+		return Event{}, err
 	}
 	ev := Event{ID: canon, Payload: body}
 	for _, name := range []string{HeaderEventType, HeaderAggregateID} {
@@ -172,6 +170,33 @@ func containsNUL(body []byte) bool {
 			return true
 		}
 	}
+}
+
+// eventID reads the event id from where src says and returns the journal id for it.
+func eventID(fields map[string]json.RawMessage, header func(string) string, src IDSource) (string, error) {
+	if src.header != "" {
+		v := header(src.header)
+		if v == "" {
+			return "", &Invalid{ReasonMissingID, fmt.Sprintf("message has no %s header (the configured id source)", Truncate(src.header, 64))}
+		}
+		if err := checkKey(v, "header "+Truncate(src.header, 64)); err != nil {
+			return "", err
+		}
+		return JournalID(v), nil
+	}
+	name := src.fieldName()
+	raw, ok := fields[name]
+	if !ok {
+		return "", &Invalid{ReasonMissingID, fmt.Sprintf("payload has no %q field", Truncate(name, 64))}
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return "", &Invalid{ReasonInvalidID, fmt.Sprintf("%q must be a string, got %s", Truncate(name, 64), Truncate(string(raw), 64))}
+	}
+	if err := checkKey(id, fmt.Sprintf("%q", Truncate(name, 64))); err != nil {
+		return "", err
+	}
+	return JournalID(id), nil
 }
 
 func stringField(fields map[string]json.RawMessage, name string) string {

@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
@@ -172,6 +173,10 @@ func (s *Service) Run(ctx context.Context) error {
 			push.Notify()
 		}
 	}
+	idSource, err := message.ParseIDSource(cfg.IDSource)
+	if err != nil {
+		return fmt.Errorf("id-source: %w", err)
+	}
 	sub, err := ingest.New(ingest.Config{
 		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
 		Destinations: cfg.Destinations,
@@ -179,6 +184,7 @@ func (s *Service) Run(ctx context.Context) error {
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
 		AckMode:      ingest.AckMode(cfg.AckMode),
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
+		IDSource:          idSource,
 		MaxStatementBytes: cfg.MaxStatementBytes,
 		Logger:            s.log.With("component", "ingest"), Metrics: s.m,
 		OnCommit: func(int) { kick() },

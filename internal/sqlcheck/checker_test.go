@@ -29,7 +29,7 @@ type checker struct {
 // extraColumns are the columns that CTEs and aliases in inboxd's statements define.
 var extraColumns = map[string]*types.T{
 	"raw": types.String, "ord": types.Int, "seq": types.Int, "conflict_id": types.Uuid,
-	"found_here": types.Bool, "rn": types.Int, "first_seq": types.Int, "n": types.Int,
+	"found_here": types.Bool, "rn": types.Int, "first_seq": types.Int, "n": types.Int, "u": types.Uuid,
 }
 
 // funcReturns are the return types of the functions inboxd calls; "" means the type of

@@ -132,7 +132,9 @@ func moduleRoot(t *testing.T) string {
 	}
 }
 
-// migrations returns schema's migrations, and their SQL alone.
+// migrations returns schema's migrations as CockroachDB runs them, and their SQL alone:
+// a statement marked "-- inboxd:only postgresql" (its CockroachDB twin follows it) never
+// reaches CockroachDB, so it is left out, and logged.
 func migrations(t *testing.T) ([]schema.Migration, []string) {
 	t.Helper()
 	migs, err := schema.Migrations()
@@ -140,8 +142,21 @@ func migrations(t *testing.T) ([]schema.Migration, []string) {
 		t.Fatal(err)
 	}
 	var sql []string
-	for _, m := range migs {
-		sql = append(sql, m.SQL)
+	for i, m := range migs {
+		stmts, err := schema.Statements(m.SQL)
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		var kept []string
+		for _, st := range stmts {
+			if !st.RunsOn(schema.CockroachDB) {
+				t.Logf("skip %s (PostgreSQL only): %s", m.Name, oneLine(st.SQL))
+				continue
+			}
+			kept = append(kept, st.SQL)
+		}
+		migs[i].SQL = strings.Join(kept, "\n")
+		sql = append(sql, migs[i].SQL)
 	}
 	return migs, sql
 }
