@@ -91,7 +91,9 @@ SELECT ARRAY(SELECT id::TEXT FROM ins)`
 
 	// sqlPickHeads picks, without locking, up to $1 due group heads: unsent rows whose
 	// lease has passed and that have no earlier unsent row in their group (a row without
-	// a group is its own head). Oldest lease first, then emit order. The rows are locked
+	// a group is its own head). Oldest lease first, in the order of outbox_unsent, so
+	// that the scan stops at $1 heads (the order among heads of different groups does
+	// not matter). The rows are locked
 	// by primary key afterwards (sqlLockHeads): a locking scan of an index with SKIP
 	// LOCKED can lock every row it reads on CockroachDB, not only those it returns
 	// (cockroach#121917; /work/shared/reference, "SKIP LOCKED over an index join").
@@ -100,32 +102,40 @@ SELECT ARRAY(SELECT id::TEXT FROM ins)`
 		  AND NOT EXISTS (
 			SELECT 1 FROM outbox AS p
 			WHERE p.grp = o.grp AND p.sent_at IS NULL AND p.seq < o.seq)
-		ORDER BY o.lease_until, o.seq
+		ORDER BY o.lease_until
 		LIMIT $1`
 
-	// sqlLockHeads locks the picked heads still due, by primary key; a head another
-	// relay is claiming is skipped. Holding a group's head is what entitles a relay to
-	// claim the group: no other relay can lease the head, and none claims a later row
-	// of the group while the head is unsent.
+	// sqlLockHeads locks the picked heads by primary key, skipping any another relay
+	// holds, and tells which are still due. The check is in the select list, not in the
+	// WHERE clause, so that both databases go by the primary key alone and lock no row
+	// beyond those picked. Holding a group's head is what entitles a relay to claim the
+	// group: no other relay can lease the head, and none claims a later row of the group
+	// while the head is unsent.
 	// https://www.cockroachlabs.com/docs/stable/select-for-update (SKIP LOCKED)
-	sqlLockHeads = `SELECT id::TEXT, grp, seq FROM outbox
-		WHERE id = ANY ($1::UUID[]) AND sent_at IS NULL AND lease_until <= now()
+	sqlLockHeads = `SELECT id::TEXT, grp, seq, sent_at IS NULL AND lease_until <= now() FROM outbox
+		WHERE id = ANY ($1::UUID[])
 		ORDER BY id
 		FOR UPDATE SKIP LOCKED`
 
 	// sqlLeaseClaim leases, for $5 ms, the locked heads ($1, $2, $3: id, group, seq)
 	// and up to $4 rows that follow a head in its group without a gap: due, and with no
-	// unsent row between them and the head that is leased or waiting for a retry.
+	// unsent row between them and the head that is leased or waiting for a retry. Each
+	// head's successors are read from outbox_group_order (LATERAL … ORDER BY seq LIMIT),
+	// so the statement reads about what it leases, whatever the backlog.
+	// https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries
 	sqlLeaseClaim = `
 WITH heads AS (
 	SELECT h.id::UUID AS id, h.grp, h.seq FROM unnest($1::TEXT[], $2::TEXT[], $3::INT8[]) AS h(id, grp, seq)
 ),
 successors AS (
-	SELECT f.id FROM heads AS h JOIN outbox AS f ON f.grp = h.grp AND f.seq > h.seq
-	WHERE f.sent_at IS NULL AND f.lease_until <= now()
-	  AND NOT EXISTS (
+	SELECT f.id FROM heads AS h, LATERAL (
+		SELECT n.id, n.seq FROM outbox AS n
+		WHERE n.grp = h.grp AND n.seq > h.seq AND n.sent_at IS NULL
+		ORDER BY n.seq
+		LIMIT $4) AS f
+	WHERE NOT EXISTS (
 		SELECT 1 FROM outbox AS p
-		WHERE p.grp = f.grp AND p.sent_at IS NULL AND p.seq > h.seq AND p.seq < f.seq
+		WHERE p.grp = h.grp AND p.sent_at IS NULL AND p.seq > h.seq AND p.seq <= f.seq
 		  AND p.lease_until > now())
 	ORDER BY f.seq
 	LIMIT $4

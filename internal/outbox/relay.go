@@ -383,12 +383,15 @@ func (r *Relay) claim(ctx context.Context) ([]claimed, error) {
 		var id string
 		var group *string
 		var seq int64
+		var due bool
 		lock, err := tx.Query(ctx, sqlLockHeads, picked)
 		if err != nil {
 			return fmt.Errorf("locking outbox group heads: %w", err)
 		}
-		if _, err := pgx.ForEachRow(lock, []any{&id, &group, &seq}, func() error {
-			ids, groups, seqs = append(ids, id), append(groups, group), append(seqs, seq)
+		if _, err := pgx.ForEachRow(lock, []any{&id, &group, &seq, &due}, func() error {
+			if due { // else sent or leased since the pick
+				ids, groups, seqs = append(ids, id), append(groups, group), append(seqs, seq)
+			}
 			return nil
 		}); err != nil {
 			return fmt.Errorf("locking outbox group heads: %w", err)
