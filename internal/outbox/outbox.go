@@ -3,6 +3,12 @@
 // event's effect committed; the relay then publishes each row to the broker,
 // persistent and confirmed by a RECEIPT, and marks it sent.
 //
+// Messages of one group (Outgoing.Group, else the JMSXGroupID or aggregate-id header)
+// are published in emit order, one at a time: seq (one sequence block per insert
+// statement) is the emit order, and a relay claims a group only by locking its head, its
+// earliest unsent row, so a later row never overtakes an earlier one that failed or is
+// held by another relay.
+//
 // Delivery is at least once: a relay that dies between the broker's receipt and the
 // "sent" mark publishes the row again. Every message carries the row's id in the
 // outbox-id header, which a downstream inbox (inboxd included, when the body's "id" is
