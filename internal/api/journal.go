@@ -35,7 +35,21 @@ type entry struct {
 	SkippedAt *time.Time `json:"skipped_at,omitempty"`
 	// WaitingBehind is the DEAD head a pending entry waits behind: its aggregate is parked.
 	WaitingBehind *string `json:"waiting_behind,omitempty"`
-	Links         Links   `json:"_links"`
+	// Timeline is GET /journal/{id}'s attempt history, oldest first (the latest 200).
+	Timeline []attemptJSON `json:"timeline,omitempty"`
+	Links    Links         `json:"_links"`
+}
+
+// attemptJSON is one recorded handler attempt.
+type attemptJSON struct {
+	Attempt    int       `json:"attempt"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Runs is 1 plus the immediate retries the attempt took.
+	Runs       int       `json:"runs"`
+	Outcome    string    `json:"outcome"`
+	Error      *string   `json:"error"`
+	RecordedAt time.Time `json:"recorded_at"`
 }
 
 func toEntry(r journal.Record) entry {
@@ -128,6 +142,15 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 		return Internal("reading journal entry", err)
 	}
 	out := toEntry(r)
+	attempts, err := journal.Attempts(c.Request().Context(), s.cfg.Pool, id)
+	if err != nil {
+		return Internal("reading journal entry", err)
+	}
+	out.Timeline = make([]attemptJSON, 0, len(attempts))
+	for _, a := range attempts {
+		out.Timeline = append(out.Timeline, attemptJSON{Attempt: a.Attempt, StartedAt: a.StartedAt.UTC(),
+			DurationMS: a.Duration.Milliseconds(), Runs: a.Runs, Outcome: a.Outcome, Error: a.Error, RecordedAt: a.RecordedAt.UTC()})
+	}
 	if r.Status == journal.StatusReceived || r.Status == journal.StatusFailed {
 		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.cfg.Pool, r.AggregateID, r.SequenceNo)
 		if err != nil {

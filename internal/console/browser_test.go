@@ -193,6 +193,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	step(t, "the retried event's page shows every attempt", func(t *testing.T) {
+		f.open(t, "/ui/events/"+f.deadID[0])
+		f.waitFor(t, `document.querySelectorAll('#timeline li.attempt').length === 2`, "two attempts in the timeline")
+		var timeline string
+		f.run(t, "read the timeline", chromedp.Text(`#timeline`, &timeline))
+		for _, want := range []string{"Attempt 1: DEAD after", "Attempt 1: PROCESSED after"} {
+			if !strings.Contains(timeline, want) {
+				t.Errorf("timeline %q lacks %q", timeline, want)
+			}
+		}
+	})
+
 	step(t, "retry a filtered set after a dry run", func(t *testing.T) {
 		f.open(t, "/ui/failures")
 		f.waitLoaded(t)

@@ -44,6 +44,18 @@ func BuildQuarantineTTL(retention time.Duration) (string, error) {
 		quote(expr), quote(ttlCron)), nil
 }
 
+// BuildAttemptTTL returns the ALTER TABLE that expires the attempt history
+// (journal_attempt) retention after an attempt was recorded: the journal's retention,
+// so that the history of a PROCESSED entry lasts as long as the entry.
+func BuildAttemptTTL(retention time.Duration) (string, error) {
+	if retention < time.Second || retention%time.Second != 0 {
+		return "", invalid("attempt history ttl retention must be a positive whole number of seconds (got %s)", retention)
+	}
+	expr := fmt.Sprintf(`((recorded_at AT TIME ZONE 'UTC') + '%d seconds'::INTERVAL) AT TIME ZONE 'UTC'`, int64(retention/time.Second))
+	return fmt.Sprintf("ALTER TABLE journal_attempt SET (ttl_expiration_expression = %s, ttl_job_cron = %s, ttl_disable_changefeed_replication = true)",
+		quote(expr), quote(ttlCron)), nil
+}
+
 // RetentionStatements returns the statements that set r: a TTL per table with a
 // retention, and a RESET for a table without one (ApplyRetention sends the RESET only
 // where a TTL is set).
@@ -55,8 +67,12 @@ func RetentionStatements(r Retention) ([]string, error) {
 			return nil, err
 		}
 		out = append(out, s)
+		if s, err = BuildAttemptTTL(r.Journal); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
 	} else {
-		out = append(out, ResetTTLSQL("journal"))
+		out = append(out, ResetTTLSQL("journal"), ResetTTLSQL("journal_attempt"))
 	}
 	if r.Quarantine > 0 {
 		s, err := BuildQuarantineTTL(r.Quarantine)
@@ -70,7 +86,8 @@ func RetentionStatements(r Retention) ([]string, error) {
 	return out, nil
 }
 
-// ApplyRetention sets row-level TTL on the journal and the quarantine as r says, and
+// ApplyRetention sets row-level TTL on the journal (and its attempt history) and the
+// quarantine as r says, and
 // returns the statements it ran. A RESET is sent only to a table that has a TTL.
 func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, error) {
 	stmts, err := RetentionStatements(r)

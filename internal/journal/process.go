@@ -193,6 +193,11 @@ type Outcome struct {
 	Error  string // the handler's error, for all but PROCESSED
 	// Backoff is the delay before the next attempt of a FAILED entry.
 	Backoff time.Duration
+	// The attempt, for the history (journal_attempt): when its first handler run
+	// started (zero: now), how long its runs took, and how many there were (zero: 1).
+	StartedAt time.Time
+	Took      time.Duration
+	Runs      int
 }
 
 // RecordOutcomes records the outcomes of a batch in one statement: the status, one
@@ -203,7 +208,13 @@ func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
 	}
 	args := outcomeArgs(results)
 	tag, err := tx.Exec(ctx, recordOutcomesSQL, args...)
-	return checkOutcomes(len(results), tag, err)
+	if err := checkOutcomes(len(results), tag, err); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, recordAttemptsSQL, attemptArgs(results)...); err != nil {
+		return fmt.Errorf("recording %d attempts: %w", len(results), err)
+	}
+	return nil
 }
 
 // RecordOutcomesGuarded is RecordOutcomes inside a savepoint, sent in the same round
@@ -219,6 +230,7 @@ func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) er
 	b := &pgx.Batch{}
 	b.Queue(`SAVEPOINT inboxd_outcomes`)
 	b.Queue(recordOutcomesSQL, outcomeArgs(results)...)
+	b.Queue(recordAttemptsSQL, attemptArgs(results)...)
 	b.Queue(`RELEASE SAVEPOINT inboxd_outcomes`)
 	br := tx.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -228,6 +240,11 @@ func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) er
 		err = checkOutcomes(len(results), tag, err)
 	} else {
 		err = fmt.Errorf("opening the outcomes savepoint: %w", err)
+	}
+	if err == nil {
+		if _, aerr := br.Exec(); aerr != nil {
+			err = fmt.Errorf("recording %d attempts: %w", len(results), aerr)
+		}
 	}
 	if err == nil {
 		if _, rerr := br.Exec(); rerr != nil {
@@ -261,6 +278,27 @@ func outcomeArgs(results []Outcome) []any {
 	return []any{ids, statuses, errs, backoffs}
 }
 
+func attemptArgs(results []Outcome) []any {
+	ids := make([]string, len(results))
+	statuses := make([]string, len(results))
+	errs := make([]*string, len(results))
+	started := make([]time.Time, len(results))
+	took := make([]int64, len(results))
+	runs := make([]int64, len(results))
+	now := time.Now()
+	for i, r := range results {
+		ids[i], statuses[i], started[i], took[i], runs[i] = r.ID, r.Status, r.StartedAt, r.Took.Milliseconds(), int64(max(r.Runs, 1))
+		if r.StartedAt.IsZero() {
+			started[i] = now
+		}
+		if r.Status != StatusProcessed {
+			s := errorText(r.Error)
+			errs[i] = &s
+		}
+	}
+	return []any{ids, statuses, errs, started, took, runs}
+}
+
 func checkOutcomes(n int, tag pgconn.CommandTag, err error) error {
 	if err != nil {
 		return fmt.Errorf("recording %d processing outcomes: %w", n, err)
@@ -282,3 +320,50 @@ const recordOutcomesSQL = `
 		    updated_at = now()
 		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[]) AS r(id, status, err, backoff_ms)
 		WHERE j.id = r.id`
+
+// recordAttemptsSQL appends the attempts whose outcomes recordOutcomesSQL just recorded
+// to the history, numbered as journal.attempts now says: $1 ids, $2 statuses, $3
+// errors, $4 start times, $5 durations (ms), $6 handler runs.
+const recordAttemptsSQL = `
+		INSERT INTO journal_attempt (journal_id, attempt, started_at, duration_ms, runs, outcome, error)
+		SELECT r.id, j.attempts, r.started_at, r.duration_ms, r.runs, r.status, r.err
+		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::TIMESTAMPTZ[], $5::INT8[], $6::INT8[])
+		     AS r(id, status, err, started_at, duration_ms, runs)
+		JOIN journal AS j ON j.id = r.id
+		ON CONFLICT (journal_id, recorded_at) DO NOTHING`
+
+// Attempt is one recorded handler attempt of a journal entry.
+type Attempt struct {
+	Attempt    int
+	StartedAt  time.Time
+	Duration   time.Duration
+	Runs       int
+	Outcome    string
+	Error      *string
+	RecordedAt time.Time
+}
+
+// maxAttemptsRead bounds the timeline Attempts returns: the latest ones.
+const maxAttemptsRead = 200
+
+// Attempts returns the attempt history of an entry, oldest first (the latest 200).
+func Attempts(ctx context.Context, db DB, id string) ([]Attempt, error) {
+	rows, err := db.Query(ctx, `
+		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at
+		FROM (SELECT * FROM journal_attempt WHERE journal_id = $1::UUID ORDER BY recorded_at DESC LIMIT $2::INT8) AS a
+		ORDER BY recorded_at`, id, maxAttemptsRead)
+	if err != nil {
+		return nil, fmt.Errorf("reading the attempts of %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		var ms int64
+		err := r.Scan(&a.Attempt, &a.StartedAt, &ms, &a.Runs, &a.Outcome, &a.Error, &a.RecordedAt)
+		a.Duration = time.Duration(ms) * time.Millisecond
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the attempts of %s: %w", id, err)
+	}
+	return out, nil
+}

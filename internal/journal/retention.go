@@ -15,15 +15,22 @@ import (
 // pruneJournalSQL deletes terminal entries last updated more than $1 ms ago. SKIP LOCKED
 // leaves rows an operator or the engine holds; the outer status check is repeated in
 // case a row changed status between the two reads.
+// The entries' attempt history (journal_attempt) goes with them, in the same statement,
+// through its key (journal_id first).
 const pruneJournalSQL = `
-DELETE FROM journal
-WHERE id IN (
-	SELECT id FROM journal
-	WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at < now() - $1::INT8 * INTERVAL '1 millisecond'
-	ORDER BY updated_at
-	LIMIT $2::INT8
-	FOR UPDATE SKIP LOCKED)
-  AND status IN ('PROCESSED', 'REJECTED')`
+WITH gone AS (
+	DELETE FROM journal
+	WHERE id IN (
+		SELECT id FROM journal
+		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at < now() - $1::INT8 * INTERVAL '1 millisecond'
+		ORDER BY updated_at
+		LIMIT $2::INT8
+		FOR UPDATE SKIP LOCKED)
+	  AND status IN ('PROCESSED', 'REJECTED')
+	RETURNING id),
+history AS (
+	DELETE FROM journal_attempt WHERE journal_id IN (SELECT id FROM gone) RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM history)`
 
 // pruneQuarantineSQL deletes quarantine rows received more than $1 ms ago.
 const pruneQuarantineSQL = `
@@ -38,11 +45,11 @@ WHERE id IN (
 // PruneJournal deletes up to limit PROCESSED or REJECTED entries older than retention
 // and returns how many it deleted.
 func PruneJournal(ctx context.Context, db DB, retention time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, pruneJournalSQL, retention.Milliseconds(), limit)
-	if err != nil {
+	var n, attempts int64
+	if err := db.QueryRow(ctx, pruneJournalSQL, retention.Milliseconds(), limit).Scan(&n, &attempts); err != nil {
 		return 0, fmt.Errorf("deleting journal entries older than %s: %w", retention, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // PruneQuarantine deletes up to limit quarantine rows older than retention.

@@ -174,3 +174,50 @@ func TestMaxBatchSizeIsSequenceBlock(t *testing.T) {
 		t.Errorf("config.MaxBatchSize = %d, journal.SequenceBlock = %d", config.MaxBatchSize, journal.SequenceBlock)
 	}
 }
+
+// Issue 18, item 7: the attempt history is covered by retention: pruning an entry
+// deletes its attempts, and only its.
+func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	old := "6f1c1f0e-1c3a-4c55-9a65-000000000001"
+	kept := "6f1c1f0e-1c3a-4c55-9a65-000000000002"
+	var b journal.Batch
+	for _, id := range []string{old, kept} {
+		b.Entries = append(b.Entries, entry(t, fmt.Sprintf(`{"id":%q}`, id)))
+	}
+	if _, err := journal.Ingest(ctx, db.Pool, b); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{
+		{ID: old, Status: journal.StatusProcessed, StartedAt: time.Now(), Took: time.Millisecond, Runs: 1},
+		{ID: kept, Status: journal.StatusFailed, Error: "down", Backoff: time.Hour},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{old, kept} {
+		if a, err := journal.Attempts(ctx, db.Pool, id); err != nil || len(a) != 1 || a[0].Attempt != 1 {
+			t.Fatalf("attempts of %s before pruning: %+v, %v", id, a, err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET updated_at = now() - INTERVAL '2 hours' WHERE id = $1`, old); err != nil {
+		t.Fatal(err)
+	}
+	n, err := journal.PruneJournal(ctx, db.Pool, time.Hour, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d, %v; want 1", n, err)
+	}
+	if a, _ := journal.Attempts(ctx, db.Pool, old); len(a) != 0 {
+		t.Errorf("the pruned entry's %d attempts are left", len(a))
+	}
+	if a, _ := journal.Attempts(ctx, db.Pool, kept); len(a) != 1 || a[0].Outcome != "FAILED" || a[0].Error == nil || *a[0].Error != "down" {
+		t.Errorf("the kept entry's attempts: %+v", a)
+	}
+}

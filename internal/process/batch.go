@@ -77,15 +77,17 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
 		var out Outcome
 		switch {
-		case applied[h.ID]:
+		case applied[h.ID].ok:
 			out = OutcomeProcessed
-			recs = append(recs, journal.Outcome{ID: ev.ID, Status: journal.StatusProcessed})
+			a := applied[h.ID]
+			recs = append(recs, journal.Outcome{ID: ev.ID, Status: journal.StatusProcessed, StartedAt: a.started, Took: a.took, Runs: 1})
 		case h.Blocked || held[h.AggregateID]:
 			out = OutcomeDeferred
 		case h.Status == journal.StatusFailed && !h.Due:
 			out = OutcomeNotDue
 		default:
 			pol := e.policy(ev.Type)
+			started, runs := time.Now(), 1
 			herr, err := e.runHandler(ctx, tx, ev)
 			// Immediate retries: the same attempt, at once, for flukes. A rejection is
 			// final and a missing handler will not appear in the meantime.
@@ -94,6 +96,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
 					"attempt", ev.Attempt, "retry", i+1, "error", herr)
 				herr, err = e.runHandler(ctx, tx, ev)
+				runs++
 			}
 			if err != nil {
 				var to *timeoutError
@@ -103,7 +106,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 				return res, err
 			}
 			out = e.outcome(ev, herr)
-			r := journal.Outcome{ID: ev.ID, Status: statusOf(out)}
+			r := journal.Outcome{ID: ev.ID, Status: statusOf(out), StartedAt: started, Took: time.Since(started), Runs: runs}
 			if herr != nil {
 				r.Error = herr.Error()
 				herrs[ev.ID] = herr
@@ -475,8 +478,15 @@ func (e *Engine) Kick() { e.wake.kick() }
 // the batch), one call per event type with at least two of them. It returns the events
 // it applied; the others (and every event of a call that did not apply all of them
 // cleanly, which is rolled back) are left to the per-event path.
-func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]bool, error) {
-	applied := map[string]bool{}
+// setRun is an event applied by a set-based call, and when and how long the call ran.
+type setRun struct {
+	ok      bool
+	started time.Time
+	took    time.Duration
+}
+
+func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]setRun, error) {
+	applied := map[string]setRun{}
 	if !enabled {
 		return applied, nil
 	}
@@ -508,6 +518,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 			return nil, fmt.Errorf("opening set-based savepoint: %w", err)
 		}
 		var errs []error
+		started := time.Now()
 		herr, err := e.callWithDeadline(ctx, tx, typ, func(hctx context.Context) (err error) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -527,7 +538,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		if clean {
 			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {
 				for _, ev := range evs {
-					applied[ev.ID] = true
+					applied[ev.ID] = setRun{ok: true, started: started, took: time.Since(started)}
 				}
 				continue
 			} else if isRetryable(err) {

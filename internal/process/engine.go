@@ -179,7 +179,10 @@ func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outco
 // status stays (a REJECTED or DEAD event does not turn into a retry loop). The attempts
 // check makes it a no-op when the entry moved on meanwhile.
 func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
-	rec := journal.Outcome{ID: ev.ID, Status: statusOf(out), Error: herr.Error()}
+	rec := journal.Outcome{ID: ev.ID, Status: statusOf(out), Error: herr.Error(), Runs: 1}
+	if to := (*timeoutError)(nil); errors.As(herr, &to) {
+		rec.StartedAt, rec.Took = time.Now().Add(-to.after), to.after
+	}
 	if out == OutcomeFailed {
 		rec.Backoff = e.policy(ev.Type).Backoff(ev.Attempt)
 	}

@@ -388,7 +388,14 @@
       const items = [];
       const item = (at, text, cls) => items.push(el('li', { class: cls || '' }, el('time', { datetime: at || '', text: fmtTime(at) }), text));
       item(ev.received_at, 'Received and journaled (committed in the ingest batch, status RECEIVED).');
-      if (ev.attempts > 0) {
+      if (ev.timeline && ev.timeline.length) {
+        // Every recorded attempt (journal_attempt): when, how long, how many runs, what came of it.
+        for (const a of ev.timeline) {
+          const runs = a.runs > 1 ? ', ' + a.runs + ' runs with the immediate retries' : '';
+          const cls = a.outcome === 'PROCESSED' ? 'attempt ok' : 'attempt bad';
+          item(a.started_at, 'Attempt ' + a.attempt + ': ' + a.outcome + ' after ' + a.duration_ms + ' ms' + runs + (a.error ? ': ' + a.error : '') + '.', cls);
+        }
+      } else if (ev.attempts > 0) {
         const failedOnce = ev.status === 'FAILED' || ev.status === 'DEAD' || ev.last_error;
         if (failedOnce) item(ev.updated_at, ev.attempts + (ev.attempts === 1 ? ' attempt' : ' attempts') + ' failed; the last with: ' + (ev.last_error || '(no message)'), 'bad');
       }
