@@ -81,8 +81,8 @@ type Config struct {
 	MaxStatementBytes int
 	DefaultEventType  string
 	// IDSource says where a message's event id is read from: "payload:FIELD" (default
-	// "payload:id") or "header:NAME", for example "header:message-id" (the JMS message
-	// id). Ids need not be UUIDs; the journal keys a non-UUID id by its UUIDv5.
+	// "payload:id"), "header:NAME", for example "header:message-id" (the JMS message
+	// id), or "cloudevents" (only CloudEvents are accepted). Ids need not be UUIDs; the journal keys a non-UUID id by its UUIDv5.
 	// CloudEvents are keyed by source and id whatever it says.
 	IDSource string
 

@@ -69,7 +69,8 @@ type view struct {
 }
 
 // Reasons a message is quarantined for (see internal/journal and the README).
-var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "missing_type", "invalid_header", "invalid_field", "too_large", "id_conflict"}
+var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "missing_type", "invalid_header", "invalid_field", "too_large", "id_conflict",
+	"missing_source", "missing_specversion", "invalid_attribute"} // the last three: CloudEvents
 
 type console struct {
 	cfg  Config

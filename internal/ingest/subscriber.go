@@ -643,7 +643,14 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		mt.Received.WithLabelValues(dest).Inc()
 	}
 	ev, err := message.Decode(m.Body, m.Header.Get, message.Options{
-		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType, IDSource: s.cfg.IDSource})
+		MaxBodyBytes: s.cfg.MaxBodyBytes, DefaultEventType: s.cfg.DefaultEventType, IDSource: s.cfg.IDSource,
+		Headers: func(yield func(string, string) bool) { // a binary-mode CloudEvent's extension attributes
+			for i := range m.Header.Len() {
+				if k, v := m.Header.GetAt(i); !yield(k, v) {
+					return
+				}
+			}
+		}})
 	if err == nil {
 		e := journal.Entry{Event: ev, Destination: dest,
 			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }}

@@ -47,20 +47,26 @@ const maxKeyBytes = 1024
 // IDSource says where a message's event id comes from; its zero value is the payload's
 // "id" field. CloudEvents are keyed by source and id whatever the IDSource (see cloudevents.go).
 type IDSource struct {
+	ceOnly bool   // only CloudEvents are events; anything else is missing_specversion
 	header string // non-empty: the id is this STOMP header's value
 	field  string // else the payload's top-level field (empty: "id")
 }
 
 // ParseIDSource reads the id-source setting: "payload:FIELD" (the payload's top-level
 // FIELD, the default being "payload:id") or "header:NAME" (a STOMP header, for example
-// "header:message-id", the JMS message id ActiveMQ sends as message-id).
+// "header:message-id", the JMS message id ActiveMQ sends as message-id), or
+// "cloudevents": only CloudEvents are accepted (source + id), anything else is
+// quarantined as missing_specversion.
 func ParseIDSource(s string) (IDSource, error) {
 	kind, name, ok := strings.Cut(s, ":")
-	if s == "" {
+	switch s {
+	case "":
 		return IDSource{}, nil
+	case "cloudevents":
+		return IDSource{ceOnly: true}, nil
 	}
 	if !ok || name == "" || len(name) > maxHeaderValue || !utf8.ValidString(name) || strings.ContainsAny(name, "\x00\r\n") {
-		return IDSource{}, fmt.Errorf("id source %q: want payload:FIELD or header:NAME", Truncate(s, 64))
+		return IDSource{}, fmt.Errorf("id source %q: want payload:FIELD, header:NAME or cloudevents", Truncate(s, 64))
 	}
 	switch kind {
 	case "payload":
@@ -71,11 +77,14 @@ func ParseIDSource(s string) (IDSource, error) {
 	case "header":
 		return IDSource{header: name}, nil
 	}
-	return IDSource{}, fmt.Errorf("id source %q: want payload:FIELD or header:NAME", Truncate(s, 64))
+	return IDSource{}, fmt.Errorf("id source %q: want payload:FIELD, header:NAME or cloudevents", Truncate(s, 64))
 }
 
 // String is the setting that ParseIDSource reads back.
 func (s IDSource) String() string {
+	if s.ceOnly {
+		return "cloudevents"
+	}
 	if s.header != "" {
 		return "header:" + s.header
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"unicode/utf8"
 )
@@ -75,6 +76,9 @@ type Options struct {
 	DefaultEventType string // used when neither header nor payload names a type
 	// IDSource says where the event id is read from (zero: the payload's "id").
 	IDSource IDSource
+	// Headers enumerates every header, for a binary-mode CloudEvent's extension
+	// attributes (nil: only the attributes the CloudEvents spec defines are read).
+	Headers iter.Seq2[string, string]
 }
 
 // Decode turns a message body and its headers into an Event. The event id is any
@@ -92,6 +96,16 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	if len(body) > limit {
 		return Event{}, &Invalid{ReasonTooLarge, fmt.Sprintf("body is %d bytes, limit is %d", len(body), limit)}
+	}
+	if prefix := binaryPrefix(header); prefix != "" {
+		built, err := BinaryToStructured(prefix, body, header, opts.Headers)
+		if err != nil {
+			return Event{}, err
+		}
+		if len(built) > limit {
+			return Event{}, &Invalid{ReasonTooLarge, fmt.Sprintf("binary-mode CloudEvent rebuilt as a structured one is %d bytes, limit is %d", len(built), limit)}
+		}
+		body = built
 	}
 	// PostgreSQL's jsonb rejects \u0000 and invalid UTF-8, which encoding/json accepts;
 	// catch both here so that one bad message can never fail a whole batch insert.
@@ -111,6 +125,12 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	if fields == nil {
 		return Event{}, &Invalid{ReasonNotObject, "body is JSON null, not an object"}
+	}
+	if isCloudEvent(fields, header) {
+		return decodeCloudEvent(fields, body, header)
+	}
+	if opts.IDSource.ceOnly {
+		return Event{}, &Invalid{ReasonMissingSpecVersion, `not a CloudEvent (no "specversion"), and id-source is cloudevents`}
 	}
 	canon, err := eventID(fields, header, opts.IDSource)
 	if err != nil {
@@ -146,6 +166,33 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	}
 	if len(ev.AggregateID) > maxHeaderValue {
 		return Event{}, &Invalid{ReasonInvalidField, fmt.Sprintf("aggregate id is %d bytes, at most %d", len(ev.AggregateID), maxHeaderValue)}
+	}
+	return ev, nil
+}
+
+// decodeCloudEvent makes the Event of a structured CloudEvent (binary ones were rebuilt
+// as structured): see cloudevents.go.
+func decodeCloudEvent(fields map[string]json.RawMessage, body []byte, header func(string) string) (Event, error) {
+	id, typ, subject, err := cloudEvent(fields)
+	if err != nil {
+		return Event{}, err
+	}
+	ev := Event{ID: id, EventType: typ, AggregateID: subject, Payload: body}
+	if ev.AggregateID == "" {
+		if v := header(HeaderAggregateID); !storable(v) {
+			return Event{}, &Invalid{ReasonInvalidHeader, fmt.Sprintf("header %s must be valid UTF-8 without NUL and at most %d bytes", HeaderAggregateID, maxHeaderValue)}
+		} else {
+			ev.AggregateID = v
+		}
+	}
+	if ev.AggregateID == "" {
+		ev.AggregateID = id
+	}
+	if len(ev.EventType) > maxHeaderValue {
+		return Event{}, &Invalid{ReasonInvalidField, fmt.Sprintf("CloudEvent type is %d bytes, at most %d", len(ev.EventType), maxHeaderValue)}
+	}
+	if len(ev.AggregateID) > maxHeaderValue {
+		return Event{}, &Invalid{ReasonInvalidField, fmt.Sprintf("CloudEvent subject is %d bytes, at most %d", len(ev.AggregateID), maxHeaderValue)}
 	}
 	return ev, nil
 }
