@@ -138,6 +138,27 @@ var ErrDuplicateOutgoing = outbox.ErrDuplicateID
 // to deduplicate; put the same id in the body's "id" for a downstream inboxd.
 func Emit(ctx context.Context, tx pgx.Tx, o Outgoing) (string, error) { return outbox.Emit(ctx, tx, o) }
 
+// CloudEvent is an outgoing CloudEvents 1.0 event (ID, Source and Type required), and
+// CloudEventMode how it goes on the wire: CloudEventStructured (the JSON-format event as
+// body) or CloudEventBinary (cloudEvents_ headers, the data as body).
+type (
+	CloudEvent     = outbox.CloudEvent
+	CloudEventMode = outbox.CEMode
+)
+
+// The modes of CloudEventMessage (the CloudEvents AMQP binding's content modes).
+const (
+	CloudEventStructured = outbox.CEStructured
+	CloudEventBinary     = outbox.CEBinary
+)
+
+// CloudEventMessage is the Outgoing that carries e to destination in mode, for Emit or
+// EmitBatch. Its id is derived from e's source and id, the key a consuming inboxd
+// journals it under, so that a handler that runs again emits nothing new.
+func CloudEventMessage(destination string, e CloudEvent, mode CloudEventMode) (Outgoing, error) {
+	return outbox.CloudEventMessage(destination, e, mode)
+}
+
 // EmitBatch is Emit for several messages, in their order, with one round trip: the
 // call for a BatchHandler. An invalid message fails it (errors.Is ErrInvalidOutgoing)
 // before anything is written; an id already used is reported in Emitted.Duplicate.

@@ -82,9 +82,9 @@ func isJSONType(ct string) bool {
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
-// validAttributeName: CloudEvents attribute names are lower-case ASCII letters and
+// IsAttributeName reports whether n is a CloudEvents attribute name: lower-case ASCII letters and
 // digits (spec §3.1.1 "Attribute Naming Convention").
-func validAttributeName(n string) bool {
+func IsAttributeName(n string) bool {
 	if n == "" || len(n) > maxHeaderValue {
 		return false
 	}
@@ -118,7 +118,7 @@ func BinaryToStructured(prefix string, body []byte, header func(string) string, 
 	if all != nil {
 		for k, v := range all {
 			name, ok := strings.CutPrefix(k, prefix)
-			if !ok || name == "datacontenttype" || name == "data" || name == "data_base64" || !validAttributeName(name) {
+			if !ok || name == "datacontenttype" || name == "data" || name == "data_base64" || !IsAttributeName(name) {
 				continue // the content-type header is datacontenttype (binding §3.1.1)
 			}
 			if _, dup := attrs[name]; dup {
