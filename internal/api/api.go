@@ -15,6 +15,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 )
 
@@ -85,6 +86,13 @@ type Config struct {
 	ReadyTimeout    time.Duration // default 2s per check
 	ShutdownTimeout time.Duration // default 10s: how long Run waits for requests in flight
 	MaxBodyBytes    int64         // default 1 MiB; larger request bodies get 413
+	// MaxEventBytes bounds a payload an operator edits (edit-and-retry): the ingest's
+	// body limit, so that an edit cannot make an event no redelivery could be. Default
+	// message.DefaultMaxBodyBytes.
+	MaxEventBytes int
+	// IDField is the payload field ingest reads event ids from when it is not "id"
+	// (message.IDSource "payload:FIELD"): an edit must keep it, as it keeps "id".
+	IDField string
 }
 
 // Server is the REST API.
@@ -131,6 +139,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = message.DefaultMaxBodyBytes
 	}
 	doc, err := mergeOpenAPI(openAPIDoc, cfg.Extensions)
 	if err != nil {
@@ -189,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 	post("/admin/events/replay", s.adminReplay, admin)
 	post("/admin/events/:id/retry", s.adminRetryOne, admin)
 	post("/admin/events/:id/skip", s.adminSkipOne, admin)
+	post("/admin/events/:id/edit-and-retry", s.adminEditAndRetry, admin)
 	e.GET("/admin/feed", s.adminFeed, admin)
 	e.GET("/admin/quarantine", s.adminListQuarantine, admin)
 	e.GET("/admin/quarantine/:id/body", s.adminQuarantineBody, admin)

@@ -50,6 +50,10 @@ type attemptJSON struct {
 	Outcome    string    `json:"outcome"`
 	Error      *string   `json:"error"`
 	RecordedAt time.Time `json:"recorded_at"`
+	// An operator's edit (outcome EDITED): who, from where, and the payload before it.
+	EditedBy        *string         `json:"edited_by,omitempty"`
+	EditedFrom      *string         `json:"edited_from,omitempty"`
+	OriginalPayload json.RawMessage `json:"original_payload,omitempty"`
 }
 
 func toEntry(r journal.Record) entry {
@@ -149,7 +153,8 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 	out.Timeline = make([]attemptJSON, 0, len(attempts))
 	for _, a := range attempts {
 		out.Timeline = append(out.Timeline, attemptJSON{Attempt: a.Attempt, StartedAt: a.StartedAt.UTC(),
-			DurationMS: a.Duration.Milliseconds(), Runs: a.Runs, Outcome: a.Outcome, Error: a.Error, RecordedAt: a.RecordedAt.UTC()})
+			DurationMS: a.Duration.Milliseconds(), Runs: a.Runs, Outcome: a.Outcome, Error: a.Error, RecordedAt: a.RecordedAt.UTC(),
+			EditedBy: a.EditedBy, EditedFrom: a.EditedFrom, OriginalPayload: a.Original})
 	}
 	if r.Status == journal.StatusReceived || r.Status == journal.StatusFailed {
 		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.cfg.Pool, r.AggregateID, r.SequenceNo)

@@ -36,13 +36,8 @@ func RetryOne(ctx context.Context, db TxDB, id string) (Record, error) {
 	var r Record
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		r, err = scanRecord(tx.QueryRow(ctx, `UPDATE journal SET `+requeueSet+`
-			WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
-			RETURNING `+recordColumns, id))
-		if err != nil {
-			return err
-		}
-		return SyncHeads(ctx, tx, []string{r.AggregateID})
+		r, err = retryInTx(ctx, tx, id)
+		return err
 	})
 	if err == nil {
 		return r, nil
@@ -55,6 +50,19 @@ func RetryOne(ctx context.Context, db TxDB, id string) (Record, error) {
 		return Record{}, err
 	}
 	return r, ErrNotRetryable
+}
+
+// retryInTx is the one retry of one entry, shared by RetryOne and EditAndRetry: it
+// requeues id if it is FAILED, DEAD or REJECTED (pgx.ErrNoRows otherwise) and moves its
+// aggregate's head in the same transaction, unparking the aggregate of a DEAD head.
+func retryInTx(ctx context.Context, tx pgx.Tx, id string) (Record, error) {
+	r, err := scanRecord(tx.QueryRow(ctx, `UPDATE journal SET `+requeueSet+`
+		WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
+		RETURNING `+recordColumns, id))
+	if err != nil {
+		return Record{}, err
+	}
+	return r, SyncHeads(ctx, tx, []string{r.AggregateID})
 }
 
 // RequeueMode says which entries a bulk requeue may touch.

@@ -341,6 +341,11 @@ type Attempt struct {
 	Outcome    string
 	Error      *string
 	RecordedAt time.Time
+	// An operator's edit (Outcome OutcomeEdited, see EditAndRetry): who, from where, and
+	// the payload as it was before it; nil and empty on a handler attempt.
+	EditedBy   *string
+	EditedFrom *string
+	Original   json.RawMessage
 }
 
 // maxAttemptsRead bounds the timeline Attempts returns: the latest ones.
@@ -349,7 +354,7 @@ const maxAttemptsRead = 200
 // Attempts returns the attempt history of an entry, oldest first (the latest 200).
 func Attempts(ctx context.Context, db DB, id string) ([]Attempt, error) {
 	rows, err := db.Query(ctx, `
-		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at
+		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at, edited_by, edited_from, original_payload
 		FROM (SELECT * FROM journal_attempt WHERE journal_id = $1::UUID ORDER BY recorded_at DESC LIMIT $2::INT8) AS a
 		ORDER BY recorded_at`, id, maxAttemptsRead)
 	if err != nil {
@@ -358,7 +363,9 @@ func Attempts(ctx context.Context, db DB, id string) ([]Attempt, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
 		var ms int64
-		err := r.Scan(&a.Attempt, &a.StartedAt, &ms, &a.Runs, &a.Outcome, &a.Error, &a.RecordedAt)
+		var orig []byte
+		err := r.Scan(&a.Attempt, &a.StartedAt, &ms, &a.Runs, &a.Outcome, &a.Error, &a.RecordedAt, &a.EditedBy, &a.EditedFrom, &orig)
+		a.Original = orig
 		a.Duration = time.Duration(ms) * time.Millisecond
 		return a, err
 	})

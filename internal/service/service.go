@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -318,6 +319,20 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
+// idField is the payload field of an id source "payload:FIELD", or "" (Run has checked
+// the setting already).
+func idField(setting string) string {
+	src, err := message.ParseIDSource(setting)
+	if err != nil {
+		return ""
+	}
+	field, ok := strings.CutPrefix(src.String(), "payload:")
+	if !ok {
+		return "" // from a header: the payload holds no id to keep
+	}
+	return field
+}
+
 // newAPI builds the REST API and the console, or nothing when cfg.HTTPAddr is empty (a
 // program embedding inboxd that serves no API of it).
 func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, sub *ingest.Subscriber, mon *monitor) (*api.Server, error) {
@@ -341,7 +356,7 @@ func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, su
 			{Name: "processing", Check: mon.readyCheck("processing")},
 			{Name: "feed", Check: mon.readyCheck("feed")},
 		},
-		ShutdownTimeout: cfg.ShutdownTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout, MaxEventBytes: cfg.MaxBodyBytes, IDField: idField(cfg.IDSource),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring the api: %w", err)
