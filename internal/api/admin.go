@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/outbox"
 )
 
 // audit logs an operator action: what, on what, how many, from where. Never a secret.
@@ -352,6 +353,11 @@ func (s *Server) adminReinject(c echo.Context) error {
 			headers := map[string]string{HeaderReinjectedFrom: q.ID}
 			for _, h := range reinjectHeaders {
 				if v := q.Headers[h]; v != "" {
+					headers[h] = v
+				}
+			}
+			for h, v := range q.Headers { // a binary-mode CloudEvent's attributes
+				if message.IsCloudEventHeader(h) && len(headers) < outbox.MaxHeaders {
 					headers[h] = v
 				}
 			}

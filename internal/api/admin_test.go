@@ -283,7 +283,7 @@ func seedQuarantine(t *testing.T, h *harness, bodies ...[]byte) []string {
 	var ids []string
 	for _, body := range bodies {
 		bad := journal.Bad{Reason: message.ReasonMissingID, Detail: "no id", Destination: "/queue/orig", MessageID: "m-1",
-			Headers: map[string]string{"event-type": "registration", "message-id": "m-1"}, Body: body}
+			Headers: map[string]string{"event-type": "registration", "message-id": "m-1", "cloudEvents_source": "/orders"}, Body: body}
 		b.Bad = append(b.Bad, bad)
 		ids = append(ids, message.QuarantineID(bad.Reason, bad.Destination, bad.Body))
 	}
@@ -364,7 +364,8 @@ func TestAdminQuarantine(t *testing.T) {
 	}
 	msgs := h.pub.Sent()
 	if len(msgs) != 1 || string(msgs[0].Body) != string(raw) || msgs[0].Destination != "/queue/orig" ||
-		msgs[0].Headers["event-type"] != "registration" || msgs[0].Headers[HeaderReinjectedFrom] != ids[0] || msgs[0].Headers["message-id"] != "" {
+		msgs[0].Headers["event-type"] != "registration" || msgs[0].Headers[HeaderReinjectedFrom] != ids[0] || msgs[0].Headers["message-id"] != "" ||
+		msgs[0].Headers["cloudEvents_source"] != "/orders" { // a binary CloudEvent keeps its attributes
 		t.Fatalf("published %+v", msgs)
 	}
 

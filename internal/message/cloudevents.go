@@ -51,6 +51,17 @@ const CEStructuredType = "application/cloudevents+json"
 // are bounded by the broker, this keeps the rebuilt event small too.
 const maxCEAttributes = 64
 
+// IsCloudEventHeader reports whether a header carries a binary-mode CloudEvent
+// attribute (any of the prefixes), so that a re-published message keeps its attributes.
+func IsCloudEventHeader(name string) bool {
+	for _, p := range ceHeaderPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // binaryPrefix returns the prefix of a binary-mode CloudEvent's headers, or "" when the
 // message is not one: it has a specversion header under one of the prefixes, and its
 // content-type is not a structured event format.
