@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/config"
@@ -30,6 +31,11 @@ type Config struct {
 	// MetricsRegisterer, when not nil, gets inboxd's Prometheus collectors (the inboxd_*
 	// metrics), e.g. prometheus.DefaultRegisterer.
 	MetricsRegisterer prometheus.Registerer
+	// TracerProvider makes inboxd's spans: one per ingest batch, linked to each message's
+	// trace, and one per event processed, a child of the trace of the message it came in
+	// (its traceparent header), whose context the handler gets; what a handler emits
+	// carries that span's traceparent. nil means otel's global provider.
+	TracerProvider trace.TracerProvider
 
 	// The broker (ActiveMQ over STOMP).
 	StompAddr            string
@@ -129,6 +135,7 @@ type Client struct {
 	log  *slog.Logger
 	reg  *process.Registry
 	regr prometheus.Registerer
+	tp   trace.TracerProvider
 	// routes are the command line's API extensions (the demo's, with -demo); a library
 	// caller's Client has none.
 	routes []api.Extension
@@ -154,13 +161,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{pool: pool, cfg: c, log: log, reg: process.NewRegistry(), regr: cfg.MetricsRegisterer}, nil
+	return &Client{pool: pool, cfg: c, log: log, reg: process.NewRegistry(), regr: cfg.MetricsRegisterer,
+		tp: cfg.TracerProvider}, nil
 }
 
 // notSettings are the fields of Config that are not settings of the command line's
 // table, and the table's settings a library caller gives another way.
 var notSettings = map[string]bool{
-	"Logger": true, "MetricsRegisterer": true, "DisableHTTP": true, "DisableWebhook": true,
+	"Logger": true, "MetricsRegisterer": true, "TracerProvider": true, "DisableHTTP": true, "DisableWebhook": true,
 }
 
 // resolve fills the zero fields of cfg from the command line's defaults
@@ -228,7 +236,8 @@ func (c *Client) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	if c.svc == nil {
-		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, Routes: c.routes})
+		svc, err := service.NewWithPool(ctx, c.pool, c.cfg, c.reg, c.log, service.Options{Registerer: c.regr, Routes: c.routes,
+			TracerProvider: c.tp})
 		if err != nil {
 			c.mu.Unlock()
 			return fmt.Errorf("inboxd: %w", err)

@@ -30,17 +30,22 @@ package inboxd
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/cli"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // Event is what a handler sees of a journal entry.
@@ -110,8 +115,28 @@ func Main() int {
 
 // serve is the command line's "serve": the command line has parsed the settings, waited
 // for the database, migrated it and opened pool, which stays its own.
-func serve(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) error {
-	return (&Client{pool: pool, cfg: cfg, log: log, reg: reg, routes: routes}).Run(ctx)
+//
+// Its tracing is configured by the standard OTEL_* variables only (tracing.FromEnv):
+// with no OTLP exporter named there, spans are neither recorded nor exported.
+func serve(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) (err error) {
+	tp, shutdown, err := tracing.FromEnv(ctx, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("configuring tracing: %w", err)
+	}
+	if _, off := tp.(noop.TracerProvider); !off {
+		// Global too, so that a handler's own otel.Tracer spans are exported with inboxd's.
+		otel.SetTracerProvider(tp)
+		log.Info("tracing: exporting spans over OTLP (OTEL_* variables)")
+	}
+	defer func() {
+		// Bounded: a collector that is down must not hold the exit.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if serr := shutdown(sctx); serr != nil {
+			log.Warn("flushing spans at exit", "err", serr)
+		}
+	}()
+	return (&Client{pool: pool, cfg: cfg, log: log, reg: reg, routes: routes, tp: tp}).Run(ctx)
 }
 
 // Outgoing is a message a handler emits: Destination ("/queue/x" or "/topic/x"), Body,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
@@ -114,6 +115,8 @@ type Config struct {
 
 	Logger  *slog.Logger     // nil discards
 	Metrics *metrics.Metrics // nil disables metrics
+	// TracerProvider makes the batch spans; nil means otel's global provider.
+	TracerProvider trace.TracerProvider
 
 	// OnCommit, when set, is called after each batch commit that journaled new entries,
 	// with their number: processing's push (process.Engine.Kick). It must not block.

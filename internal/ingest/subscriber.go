@@ -14,11 +14,13 @@ import (
 
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // Subscriber consumes the configured destinations into the journal. Build it with New
@@ -34,6 +36,8 @@ type Subscriber struct {
 	dests    map[string]*destState
 	// warn rate-limits the quarantine warning: one line per destination per minute.
 	warn *logx.Limiter
+	// tracer makes one span per batch written, linked to its messages' traces.
+	tracer trace.Tracer
 }
 
 // destState is what the subscriber knows of one destination, for the byte bound and
@@ -132,7 +136,7 @@ func New(cfg Config, db journal.DB) (*Subscriber, error) {
 	}
 	ack, _ := cfg.AckMode.stomp()
 	s := &Subscriber{cfg: cfg, db: db, ack: ack, dests: make(map[string]*destState, len(cfg.Destinations)),
-		warn: logx.NewLimiter(time.Minute)}
+		warn: logx.NewLimiter(time.Minute), tracer: tracing.Tracer(cfg.TracerProvider)}
 	now := time.Now().UnixNano()
 	for _, d := range cfg.Destinations {
 		st := &destState{}
@@ -653,7 +657,8 @@ func (s *Subscriber) add(b *batch, dest string, m *stomp.Message) {
 		}})
 	if err == nil {
 		e := journal.Entry{Event: ev, Destination: dest,
-			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) }}
+			MessageID: m.Header.Get("message-id"), Headers: func() map[string]string { return headerMap(m) },
+			TraceContext: tracing.Extract(m.Header.Get)}
 		b.jb.Entries = append(b.jb.Entries, e)
 		b.rows += journal.EntryBytes(e)
 		if s.cfg.CommitsInFlight > 1 {
@@ -706,9 +711,11 @@ func (s *Subscriber) write(ctx context.Context, dest string, b *batch, log *slog
 	}
 	// Detached from ctx: a shutdown lets the batch in flight finish (commit then ack).
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommitTimeout)
+	cctx, span := s.batchSpan(cctx, dest, b)
 	start := time.Now()
 	res, err := journal.Ingest(cctx, s.db, b.jb)
 	cancel()
+	endBatchSpan(span, res, err)
 	if err != nil {
 		return &CommitError{Err: err}
 	}

@@ -39,6 +39,9 @@ type Entry struct {
 	// refuses the entry; Headers is called only then (nil: none).
 	MessageID string
 	Headers   func() map[string]string
+	// TraceContext is the message's W3C trace context as tracing.Extract returns it
+	// (bounded JSON), or "" for none (NULL).
+	TraceContext string
 }
 
 // Bad is one message to quarantine.
@@ -106,9 +109,10 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
 const ingestSQL = `
 WITH input AS (
-	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord
-	FROM unnest($14::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[])
-	     WITH ORDINALITY AS t(id, raw, event_type, aggregate_id, tag, conflict_id, ord)
+	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord,
+	       NULLIF(t.trace_context, '')::JSONB AS trace_context
+	FROM unnest($14::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[], $15::TEXT[])
+	     WITH ORDINALITY AS t(id, raw, event_type, aggregate_id, tag, conflict_id, trace_context, ord)
 ),
 existing AS (
 	SELECT j.id, j.payload FROM journal AS j
@@ -118,8 +122,8 @@ block AS MATERIALIZED (
 	SELECT nextval('journal_sequence_no') AS first_seq
 ),
 ins AS (
-	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no)
-	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1 FROM input AS i CROSS JOIN block AS b
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no, trace_context)
+	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1, i.trace_context FROM input AS i CROSS JOIN block AS b
 	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
@@ -233,8 +237,10 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	tags := make([]string, len(entries))
 	conflictIDs := make([]string, len(entries))
 	ids := make([]string, len(entries))
+	traces := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.Event.ID
+		traces[i] = e.TraceContext
 		conflictIDs[i] = message.QuarantineID(message.ReasonIDConflict, e.Destination, e.Event.Payload)
 		payloads[i] = string(e.Event.Payload)
 		types[i] = e.Event.EventType
@@ -269,7 +275,7 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	var inserted, conflicts, quarantined int64
 	var raced []int64
 	err := db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
-		badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids).Scan(&inserted, &conflicts, &quarantined, &raced)
+		badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces).Scan(&inserted, &conflicts, &quarantined, &raced)
 	if err != nil {
 		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
 	}

@@ -26,6 +26,8 @@ type Pending struct {
 	Attempts    int
 	// Due reports next_attempt_at <= now(), by the database's clock.
 	Due bool
+	// TraceContext is the stored W3C trace context of the message ("" for none).
+	TraceContext string
 }
 
 // LockPending locks the entry for the rest of tx if it still waits for processing
@@ -147,13 +149,13 @@ type Head struct {
 }
 
 const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
-       j.attempts, j.next_attempt_at <= now()`
+       j.attempts, j.next_attempt_at <= now(), COALESCE(j.trace_context::TEXT, '')`
 
 func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Head, error) {
 		var h Head
 		err := r.Scan(&h.ID, &h.EventType, &h.AggregateID, &h.SequenceNo, &h.Tag, &h.Payload, &h.Status,
-			&h.Attempts, &h.Due, &h.Blocked)
+			&h.Attempts, &h.Due, &h.TraceContext, &h.Blocked)
 		return h, err
 	})
 	if err != nil {

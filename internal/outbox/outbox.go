@@ -34,6 +34,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/sqlbound"
+	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // HeaderOutboxID is the header carrying the outbox row id on every relayed message.
@@ -362,7 +363,9 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 			continue
 		}
 		first[id] = true
-		h := o.Headers
+		// The traceparent of the processing that emits it (tracing.Inject), after Validate:
+		// the emitter's own traceparent header, if any, is kept.
+		h := tracing.Inject(ctx, o.Headers)
 		if h == nil {
 			h = map[string]string{}
 		}

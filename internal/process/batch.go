@@ -88,17 +88,19 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		default:
 			pol := e.policy(ev.Type)
 			started, runs := time.Now(), 1
-			herr, err := e.runHandler(ctx, tx, ev)
+			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
+			herr, err := e.runHandler(sctx, tx, ev)
 			// Immediate retries: the same attempt, at once, for flukes. A rejection is
 			// final and a missing handler will not appear in the meantime.
 			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
 				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
 				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
 					"attempt", ev.Attempt, "retry", i+1, "error", herr)
-				herr, err = e.runHandler(ctx, tx, ev)
+				herr, err = e.runHandler(sctx, tx, ev)
 				runs++
 			}
 			if err != nil {
+				endEventSpan(span, "", herr, err)
 				var to *timeoutError
 				if errors.As(err, &to) {
 					to.ev = ev
@@ -106,6 +108,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 				return res, err
 			}
 			out = e.outcome(ev, herr)
+			endEventSpan(span, out, herr, nil)
 			r := journal.Outcome{ID: ev.ID, Status: statusOf(out), StartedAt: started, Took: time.Since(started), Runs: runs}
 			if herr != nil {
 				r.Error = herr.Error()
@@ -491,6 +494,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		return applied, nil
 	}
 	seen := map[string]bool{}
+	traces := map[string]string{} // event id: stored trace context, for the call's span links
 	byType := map[string][]Event{}
 	var types []string
 	for _, h := range heads {
@@ -504,6 +508,9 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		}
 		if byType[h.EventType] == nil {
 			types = append(types, h.EventType)
+		}
+		if h.TraceContext != "" {
+			traces[h.ID] = h.TraceContext
 		}
 		byType[h.EventType] = append(byType[h.EventType], Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID,
 			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1})
@@ -519,7 +526,8 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		}
 		var errs []error
 		started := time.Now()
-		herr, err := e.callWithDeadline(ctx, tx, typ, func(hctx context.Context) (err error) {
+		sctx, span := e.startSetSpan(ctx, typ, traces, evs)
+		herr, err := e.callWithDeadline(sctx, tx, typ, func(hctx context.Context) (err error) {
 			defer func() {
 				if r := recover(); r != nil {
 					err = fmt.Errorf("batch handler panicked: %v", r)
@@ -529,11 +537,17 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 			return err
 		})
 		if err != nil {
+			endEventSpan(span, "", herr, err)
 			return nil, err // timeout (retried event by event) or ctx
 		}
 		clean := herr == nil && len(errs) == len(evs)
 		for _, x := range errs {
 			clean = clean && x == nil
+		}
+		if clean {
+			endEventSpan(span, OutcomeProcessed, nil, nil)
+		} else {
+			endEventSpan(span, "", herr, nil) // left to the per-event path, which has spans of its own
 		}
 		if clean {
 			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {

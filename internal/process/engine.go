@@ -13,9 +13,11 @@ import (
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // DB is what the engine needs of the database: a *pgxpool.Pool.
@@ -44,6 +46,8 @@ type Config struct {
 	// processing transaction. A handler that overruns it fails (the attempt counts).
 	// Default 30s.
 	HandlerTimeout time.Duration
+	// TracerProvider makes the processing spans; nil means otel's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConcurrency is one batch transaction per CPU, at least 2. A worker runs a batch
@@ -113,6 +117,8 @@ type Engine struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 	sem chan struct{}
+	// tracer makes one span per event processed (trace.go).
+	tracer trace.Tracer
 
 	wake waker // Kick: work was journaled
 }
@@ -134,7 +140,8 @@ func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger)
 		reg = NewRegistry()
 	}
 	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
-		wake: waker{ch: make(chan struct{}, 1)}}
+		tracer: tracing.Tracer(cfg.TracerProvider),
+		wake:   waker{ch: make(chan struct{}, 1)}}
 }
 
 // Registry returns the engine's handler registry.

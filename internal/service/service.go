@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
@@ -57,6 +58,7 @@ type Service struct {
 	// ownsPool: New opened the pool, so Run closes it; NewWithPool's caller owns it.
 	ownsPool bool
 	routes   []api.Extension
+	tp       trace.TracerProvider // nil: otel's global one
 }
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
@@ -114,6 +116,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Routes are added to the REST API, e.g. the demo's /registration; none by default.
 	Routes []api.Extension
+	// TracerProvider makes ingest and processing spans; nil means otel's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // NewWithPool prepares the parts over a pool the caller owns: it neither migrates (the
@@ -143,7 +147,8 @@ func NewWithPool(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, re
 		cfg.SweepGrace = 30 * time.Second
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
-	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, routes: opts.Routes}, nil
+	return &Service{cfg: cfg, log: log, reg: reg, pool: pool, m: m, cockroach: crdb, routes: opts.Routes,
+		tp: opts.TracerProvider}, nil
 }
 
 // MinConns is how many connections the parts may hold at once.
@@ -188,7 +193,8 @@ func (s *Service) Run(ctx context.Context) error {
 		IDSource:          idSource,
 		MaxStatementBytes: cfg.MaxStatementBytes,
 		Logger:            s.log.With("component", "ingest"), Metrics: s.m,
-		OnCommit: func(int) { kick() },
+		OnCommit:       func(int) { kick() },
+		TracerProvider: s.tp,
 	}, s.pool)
 	if err != nil {
 		return fmt.Errorf("configuring ingest: %w", err)
@@ -200,7 +206,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
 		ImmediateRetries: immediate, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
-		BatchSize: cfg.ProcessBatchSize},
+		BatchSize: cfg.ProcessBatchSize, TracerProvider: s.tp},
 		s.m, s.log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
 		BatchSize: cfg.ProcessBatchSize, StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share
