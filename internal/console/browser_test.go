@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,11 @@ const flakyType = "payment"
 
 var broken atomic.Bool
 
+// refundType is an event type whose handler refuses an amount that is not a number: an
+// event with a bad amount goes DEAD whatever is retried, until an operator edits its
+// payload (edit and retry, issue 22 item 5).
+const refundType = "refund"
+
 // fixture is a running inboxd with a known journal, and a headless Chromium.
 type fixture struct {
 	base    string // http://127.0.0.1:port
@@ -49,6 +55,7 @@ type fixture struct {
 
 	mgaID  string // a PROCESSED registration in jurisdiction mga
 	deadID []string
+	badID  string // a DEAD refund whose payload is wrong ("amount": "twelve")
 
 	mu       sync.Mutex
 	problems []string // script exceptions and console errors, CSP violations included
@@ -179,6 +186,42 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	step(t, "edit a DEAD event's payload and retry it", func(t *testing.T) {
+		f.open(t, "/ui/events/"+f.badID)
+		f.waitLoaded(t)
+		f.waitFor(t, `document.getElementById('edit-payload') !== null && document.getElementById('edit-payload').value.includes('"twelve"')`, "the edit form with the current payload")
+		// Refused: the id must not change; the entry stays DEAD.
+		changed := `{"id":"` + message.NewID() + `","amount":"12.00"}`
+		f.run(t, "edit the id", chromedp.SetValue(`#edit-payload`, changed, chromedp.ByQuery), chromedp.SendKeys(`#edit-by`, "alice", chromedp.ByQuery),
+			chromedp.Click(`#edit-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('edit-result').textContent.startsWith('422')`, "the refusal")
+		if got := f.status(t, f.badID); got != "DEAD" {
+			t.Fatalf("a refused edit changed the status to %s", got)
+		}
+		fixed := `{"id":"` + f.badID + `","amount":"12.00"}`
+		f.run(t, "fix the amount", chromedp.SetValue(`#edit-payload`, fixed, chromedp.ByQuery), chromedp.Click(`#edit-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.querySelector('#event-status .badge').textContent === 'PROCESSED'`, "the edited event shown PROCESSED")
+		if got := f.status(t, f.badID); got != "PROCESSED" {
+			t.Errorf("database status %s", got)
+		}
+		// The original payload is in the history, with who edited it; the new one is the payload.
+		f.waitFor(t, `document.querySelectorAll('#timeline li.edit').length === 1`, "the edit in the timeline")
+		var timeline, original, payload string
+		f.run(t, "read the history", chromedp.Text(`#timeline`, &timeline, chromedp.ByQuery),
+			chromedp.Text(`#timeline li.edit pre.original-payload`, &original, chromedp.ByQuery), chromedp.Text(`#payload`, &payload, chromedp.ByQuery))
+		if !strings.Contains(timeline, "Payload edited by alice") || !strings.Contains(timeline, "PROCESSED") {
+			t.Errorf("timeline %q", timeline)
+		}
+		if !strings.Contains(original, `"amount": "twelve"`) || !strings.Contains(payload, `"amount": "12.00"`) {
+			t.Errorf("original %q, payload %q", original, payload)
+		}
+		if n := f.sql(t, `SELECT count(*) FROM journal_attempt WHERE journal_id = $1 AND outcome = 'EDITED' AND edited_by = 'alice'
+			AND original_payload->>'amount' = 'twelve'`, f.badID); n != 1 {
+			t.Errorf("%d EDITED rows with the original in the history", n)
+		}
+		f.screenshot(t, "edit-and-retry.png")
+	})
+
 	step(t, "retry a DEAD event until PROCESSED", func(t *testing.T) {
 		f.open(t, "/ui/failures")
 		f.waitLoaded(t)
@@ -306,6 +349,18 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		}
 		return nil
 	}))
+	reg.Register(refundType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		var p struct {
+			Amount string `json:"amount"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if _, err := strconv.ParseFloat(p.Amount, 64); err != nil {
+			return fmt.Errorf("refund: amount %q is not a number", p.Amount)
+		}
+		return nil
+	}))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -335,15 +390,17 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		f.deadID = append(f.deadID, id)
 		msgs = append(msgs, msg{body: []byte(`{"id":"` + id + `","amount":"12.50"}`), headers: map[string]string{"event-type": flakyType}})
 	}
+	f.badID = message.NewID()
+	msgs = append(msgs, msg{body: []byte(`{"id":"` + f.badID + `","amount":"twelve"}`), headers: map[string]string{"event-type": refundType}})
 	msgs = append(msgs, msg{body: []byte("not json at all")}, msg{body: []byte{0x00, 0xff, 0x10, '{'}})
 	publish(t, queue, msgs)
 	testenv.Eventually(t, 60*time.Second, "the journal to settle", func() bool {
-		// One statement, one snapshot: all 8 journaled and none pending.
-		return f.sql(t, `SELECT count(*) FROM journal WHERE status NOT IN ('RECEIVED','FAILED')`) == 8 &&
+		// One statement, one snapshot: all 9 journaled and none pending.
+		return f.sql(t, `SELECT count(*) FROM journal WHERE status NOT IN ('RECEIVED','FAILED')`) == 9 &&
 			f.sql(t, `SELECT count(*) FROM quarantine`) == 2
 	})
-	if n := f.sql(t, `SELECT count(*) FROM journal WHERE status = 'DEAD'`); n != 2 {
-		t.Fatalf("DEAD = %d, want 2", n)
+	if n := f.sql(t, `SELECT count(*) FROM journal WHERE status = 'DEAD'`); n != 3 {
+		t.Fatalf("DEAD = %d, want 3", n)
 	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,

@@ -391,6 +391,13 @@
       if (ev.timeline && ev.timeline.length) {
         // Every recorded attempt (journal_attempt): when, how long, how many runs, what came of it.
         for (const a of ev.timeline) {
+          if (a.outcome === 'EDITED') {
+            // An operator's edit: who, from where, and the payload as it was, kept.
+            items.push(el('li', { class: 'edit' }, el('time', { datetime: a.recorded_at, text: fmtTime(a.recorded_at) }),
+              'Payload edited by ' + (a.edited_by || '?') + (a.edited_from ? ' (from ' + a.edited_from + ')' : '') + ', then retried. The original:',
+              el('pre', { class: 'original-payload', tabindex: '0', text: JSON.stringify(a.original_payload, null, 2) })));
+            continue;
+          }
           const runs = a.runs > 1 ? ', ' + a.runs + ' runs with the immediate retries' : '';
           const cls = a.outcome === 'PROCESSED' ? 'attempt ok' : 'attempt bad';
           item(a.started_at, 'Attempt ' + a.attempt + ': ' + a.outcome + ' after ' + a.duration_ms + ' ms' + runs + (a.error ? ': ' + a.error : '') + '.', cls);
@@ -410,6 +417,29 @@
         default: item(ev.next_attempt_at, 'Waiting to be processed.');
       }
       $('#timeline').replaceChildren(...items);
+    }
+    // editForm corrects a DEAD entry's payload and retries it; the API keeps the original
+    // in the history and refuses an edit that changes the event's id, type or aggregate.
+    function editForm(ev) {
+      const text = el('textarea', { id: 'edit-payload', name: 'payload', rows: '12', spellcheck: 'false', 'aria-label': 'Corrected payload (JSON)' });
+      text.value = JSON.stringify(ev.payload, null, 2);
+      const by = el('input', { type: 'text', id: 'edit-by', name: 'by', maxlength: '200', placeholder: 'your name', 'aria-label': 'Edited by', required: true });
+      const result = el('p', { id: 'edit-result', role: 'status' });
+      const form = el('form', { id: 'edit-form', class: 'edit-form' },
+        el('h3', { text: 'Edit the payload and retry' }),
+        el('p', { class: 'hint', text: 'The id, type and aggregate must stay as they are. The original payload is kept in the timeline.' }),
+        text, el('p', { class: 'actions' }, by, ' ', el('button', { type: 'submit', id: 'edit-submit', class: 'primary', text: 'Save and retry' })), result);
+      form.addEventListener('submit', async e => {
+        e.preventDefault();
+        if (!by.value.trim()) { by.focus(); return; }
+        result.textContent = 'Saving…';
+        try {
+          const r = await api('/admin/events/' + id + '/edit-and-retry', { json: { by: by.value.trim(), payload: text.value } });
+          notice('Edited by ' + r.edited_by + ' and requeued: the sweeper picks it up now.', true);
+          await watch(id, render);
+        } catch (err) { fail(err, result); }
+      });
+      return form;
     }
     function actionsFor(ev) {
       if (RETRYABLE.includes(ev.status)) {
@@ -439,6 +469,7 @@
           }));
         }
         actions.replaceChildren(p);
+        if (ev.status === 'DEAD') actions.append(editForm(ev));
       } else if (ev.status === 'PROCESSED' && ev.payload && ev.payload.id !== undefined) {
         const where = el('div');
         actions.replaceChildren(el('p', { class: 'actions' }, el('button', {
