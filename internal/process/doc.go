@@ -47,6 +47,17 @@
 // inboxd_process_outcomes_total{outcome="conflict"} grows, or when handlers are slow
 // (a batch holds its rows' locks until its last handler ends).
 //
+// # Recoverability
+//
+// A failing handler is retried at once, in the same transaction, up to
+// RetryPolicy.ImmediateRetries times: flukes never show. Then the attempt is recorded
+// (FAILED, with its error) and retried after BaseBackoff·2^(n−1), at most MaxBackoff,
+// ±10%, until MaxAttempts attempts failed and the event is DEAD. The defaults
+// (DefaultRetryPolicy: 2 immediate retries, 1 s doubling to 10 min, 40 attempts) keep
+// an event alive for about 5 hours of failures. Config sets the policy for every type,
+// Registry.SetRetryPolicy for one. Every recorded attempt is also kept in the attempt
+// history (journal_attempt), written in the same round trip as the outcome.
+//
 // # Ordering
 //
 // Events of one aggregate (journal.aggregate_id) are applied in journal.sequence_no
