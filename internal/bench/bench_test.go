@@ -301,7 +301,7 @@ func TestParseOptions(t *testing.T) {
 
 func TestKnobsRoundTrip(t *testing.T) {
 	k := Knobs{BatchSize: 123, Linger: 7 * time.Millisecond, Prefetch: 999, AckMode: "client-individual",
-		PoolSize: 3, Concurrency: 5, SweepInterval: 50 * time.Millisecond, FeedFlush: 70 * time.Millisecond}
+		PoolSize: 3, Concurrency: 5, SweepInterval: 50 * time.Millisecond, FeedFlush: 70 * time.Millisecond, Tracing: true}
 	a := rowArgs{Row: rowIngest, Queue: "/queue/x", N: 10, Knobs: k}
 	// Parse the child's flags the way RowMain does, without running a row.
 	got := defaultKnobs()

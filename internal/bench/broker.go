@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
 )
 
 // dial opens a STOMP connection with heart-beats loose enough for a busy 2-core host.
@@ -48,10 +49,14 @@ func publish(ctx context.Context, addr, queue string, bodies [][]byte) error {
 }
 
 func send(conn *stomp.Conn, queue string, body []byte, receipt bool) error {
-	if receipt {
-		return conn.Send(queue, "application/json", body, stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Receipt)
+	opts := []func(*frame.Frame) error{stomp.SendOpt.Header("persistent", "true")}
+	if tracedPublish.Load() {
+		opts = append(opts, stomp.SendOpt.Header("traceparent", traceparent()))
 	}
-	return conn.Send(queue, "application/json", body, stomp.SendOpt.Header("persistent", "true"))
+	if receipt {
+		opts = append(opts, stomp.SendOpt.Receipt)
+	}
+	return conn.Send(queue, "application/json", body, opts...)
 }
 
 // publishPaced sends n messages at rate per second, each built at its send time so that

@@ -258,7 +258,8 @@ func newEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool,
 	reg := process.NewRegistry()
 	reg.Register(registration.EventType, registration.Handler)
 	m := metrics.New()
-	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency}, m, log), nil
+	tp, _ := a.Knobs.tracerProvider()
+	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency, TracerProvider: tp}, m, log), nil
 }
 
 // runE2EMax is the e2e-max row: the corpus is on the queue before it starts; ingest and

@@ -25,7 +25,9 @@ var available = map[string]bool{rowBroker: true, rowNaive: true, rowIngest: true
 
 // newSubscriber builds the real ingest subscriber (internal/ingest) with the row's knobs.
 func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger, onCommit func(int)) (*ingest.Subscriber, error) {
+	tp, _ := a.Knobs.tracerProvider() // the row's process ends with the row: spans in flight are dropped anyway
 	sub, err := ingest.New(ingest.Config{
+		TracerProvider:   tp,
 		Addr:             a.StompAddr,
 		Destinations:     []string{a.Queue},
 		BatchSize:        a.Knobs.BatchSize,

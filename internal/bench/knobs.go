@@ -23,6 +23,8 @@ type Knobs struct {
 	Concurrency   int           `json:"concurrency"`
 	SweepInterval time.Duration `json:"sweep_interval"`
 	FeedFlush     time.Duration `json:"feed_flush"`
+	// Tracing records every span with the OpenTelemetry SDK (tracing.go).
+	Tracing bool `json:"tracing,omitempty"`
 }
 
 // defaultKnobs match inboxd's own defaults (internal/config).
@@ -40,6 +42,7 @@ func (k *Knobs) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.PoolSize, "pool-size", k.PoolSize, "database connections of the row (pgxpool MaxConns)")
 	fs.IntVar(&k.Concurrency, "concurrency", k.Concurrency, "e2e: events processed in parallel")
 	fs.DurationVar(&k.SweepInterval, "sweep-interval", k.SweepInterval, "e2e-sweeper: how often the sweeper looks for work")
+	fs.BoolVar(&k.Tracing, "tracing", k.Tracing, "record OpenTelemetry spans (SDK, always sampled, exported nowhere) and publish messages with a traceparent")
 	fs.DurationVar(&k.FeedFlush, "feed-flush", k.FeedFlush, "e2e-webhook: the changefeed stand-in's flush frequency (webhook_sink_config Flush.Frequency)")
 }
 
@@ -54,6 +57,7 @@ func (k Knobs) args() []string {
 		"-concurrency=" + strconv.Itoa(k.Concurrency),
 		"-sweep-interval=" + k.SweepInterval.String(),
 		"-feed-flush=" + k.FeedFlush.String(),
+		"-tracing=" + strconv.FormatBool(k.Tracing),
 	}
 }
 
@@ -79,6 +83,13 @@ func (k Knobs) validate() error {
 
 // label names the knobs that matter for row; rows ignore the others.
 func (k Knobs) label(row string) string {
+	if k.Tracing {
+		return k.untracedLabel(row) + " tracing"
+	}
+	return k.untracedLabel(row)
+}
+
+func (k Knobs) untracedLabel(row string) string {
 	switch row {
 	case rowBroker:
 		return fmt.Sprintf("auto-ack prefetch=%d", k.Prefetch)

@@ -188,6 +188,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	case o.BacklogHeads < 1 || o.BacklogFresh < 1 || o.JournalSize < 1:
 		return nil, errors.New("-backlog-heads, -backlog-fresh and -journal-size must be at least 1")
 	}
+	tracedPublish.Store(o.Knobs.Tracing) // this process may publish (bench/tracing.go)
 	if err := o.Knobs.validate(); err != nil {
 		return nil, err
 	}

@@ -83,6 +83,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	tracedPublish.Store(a.Knobs.Tracing) // this process may publish (bench/tracing.go)
 	if err := a.Knobs.validate(); err != nil {
 		return err
 	}
