@@ -173,3 +173,31 @@ func FuzzCloudEventHeaders(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeIDs: what a non-UUID id (one SHA-1) and CloudEvents cost at decode,
+// beside a UUID id.
+func BenchmarkDecodeIDs(b *testing.B) {
+	binary := map[string]string{"cloudEvents_specversion": "1.0", "cloudEvents_id": "evt-456", "cloudEvents_source": "/orders",
+		"cloudEvents_type": "order.placed", "content-type": "application/json"}
+	for _, c := range []struct {
+		name    string
+		body    string
+		headers map[string]string
+	}{
+		{"uuid", `{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01","type":"order.placed","data":{"orderId":"o-1","total":12}}`, nil},
+		{"string", `{"id":"evt-456","type":"order.placed","data":{"orderId":"o-1","total":12}}`, nil},
+		{"cloudevent-structured", `{"specversion":"1.0","id":"evt-456","source":"/orders","type":"order.placed","data":{"orderId":"o-1","total":12}}`, nil},
+		{"cloudevent-binary", `{"orderId":"o-1","total":12}`, binary},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			opts := Options{Headers: headerSeq(c.headers)}
+			header := func(k string) string { return c.headers[k] }
+			body := []byte(c.body)
+			for b.Loop() {
+				if _, err := Decode(body, header, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
