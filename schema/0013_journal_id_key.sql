@@ -13,7 +13,11 @@ ALTER TABLE journal ALTER COLUMN id DROP EXPRESSION IF EXISTS;
 -- https://www.cockroachlabs.com/docs/stable/computed-columns#convert-a-computed-column-into-a-regular-column
 -- https://www.cockroachlabs.com/docs/stable/alter-table#alter-column (… DROP STORED).
 -- It has no IF EXISTS; run again, it fails with 42611 "column "id" is not a computed
--- column" (pkg/sql/alter_table.go, case *tree.AlterTableDropStored), which means done.
+-- column", which means done. The declarative schema changer of 25.x
+-- (pkg/sql/schemachanger/scbuild/internal/scbuildstmt/alter_table_drop_stored.go) checks
+-- only that the column is computed, stored and not a system column (a primary key
+-- column is allowed), then drops the expression; the legacy one (pkg/sql/alter_table.go,
+-- case *tree.AlterTableDropStored) likewise. Not run against a live CockroachDB here.
 -- inboxd:only cockroachdb
 -- inboxd:done-if 42611
 ALTER TABLE journal ALTER COLUMN id DROP STORED;
