@@ -193,9 +193,14 @@ func EditAndRetry(ctx context.Context, db TxDB, id string, req EditRequest) (Rec
 		if err := CheckEdit(old.Payload, req.Payload, req.MaxBytes, req.IDField); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE journal SET payload = $2::JSONB, updated_at = now()
-			WHERE id = $1::UUID AND status = 'DEAD'`, id, string(req.Payload)); err != nil {
+		tag, err := tx.Exec(ctx, `UPDATE journal SET payload = $2::JSONB, updated_at = now()
+			WHERE id = $1::UUID AND status = 'DEAD'`, id, string(req.Payload))
+		if err != nil {
 			return fmt.Errorf("replacing the payload of %s: %w", id, err)
+		}
+		if tag.RowsAffected() != 1 { // cannot happen under the row lock; never record an edit that did not happen
+			r = old
+			return ErrNotEditable
 		}
 		ed = Edit{EditedBy: req.By, EditedFrom: req.From, Original: old.Payload}
 		// A row of the history, after the attempts that ended DEAD and before the retry's:

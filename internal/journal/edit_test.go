@@ -204,3 +204,52 @@ func jsonEqual(a json.RawMessage, b string) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal([]byte(b), &y) == nil && fmt.Sprint(x) == fmt.Sprint(y)
 }
+
+// TestEditAndRetryConcurrent: two operators edit the same DEAD entry at once. The row
+// lock makes one edit win; the other finds the entry no longer DEAD, so the history
+// holds exactly one edit and the payload is the winner's.
+func TestEditAndRetryConcurrent(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	ids := ingest(t, db, "payment", "agg-c", `{"amount":"twelve"}`)
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'DEAD', attempts = 5 WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := journal.SyncHeadsOf(ctx, db.Pool, ids); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		by  string
+		err error
+	}
+	results := make(chan result, 2)
+	for _, by := range []string{"alice", "bob"} {
+		go func() {
+			payload := `{"id":"` + ids[0] + `","type":"payment","amount":"12.00","by":"` + by + `"}`
+			_, _, err := journal.EditAndRetry(ctx, db.Pool, ids[0], journal.EditRequest{Payload: []byte(payload), By: by, MaxBytes: 1024})
+			results <- result{by, err}
+		}()
+	}
+	var winner string
+	for range 2 {
+		r := <-results
+		switch {
+		case r.err == nil && winner == "":
+			winner = r.by
+		case errors.Is(r.err, journal.ErrNotEditable):
+		default:
+			t.Fatalf("%s: %v (winner %q)", r.by, r.err, winner)
+		}
+	}
+	if winner == "" {
+		t.Fatal("neither edit won")
+	}
+	history, err := journal.Attempts(ctx, db.Pool, ids[0])
+	if err != nil || len(history) != 1 || *history[0].EditedBy != winner {
+		t.Fatalf("history %+v %v, want one edit by %s", history, err, winner)
+	}
+	e, err := journal.Get(ctx, db.Pool, ids[0])
+	if err != nil || !strings.Contains(string(e.Payload), `"by": "`+winner+`"`) {
+		t.Fatalf("payload %s, want %s's", e.Payload, winner)
+	}
+}
