@@ -2,6 +2,7 @@ package journal
 
 // The claim's statements, for the EXPLAIN tests.
 var (
-	PickDueSQL   = pickDueSQL
-	LockHeadsSQL = lockHeadsSQL
+	PickDueSQL        = pickDueSQL
+	PickAggregatesSQL = pickAggregatesSQL
+	LockHeadsSQL      = lockHeadsSQL
 )

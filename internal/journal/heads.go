@@ -89,65 +89,75 @@ func lockHeadsSQL(skip bool) string {
 		` + order
 }
 
-// claimRounds bounds how many times ClaimHeads picks again past heads other workers hold.
-const claimRounds = 4
+// pickSpread is how many times limit PickHeads picks: the locks then go past heads other
+// workers hold, a chunk at a time, without picking again.
+const pickSpread = 4
+
+// PickHeads picks, without locking anything, the due heads a claim of up to limit
+// entries tries: the oldest due first, up to pickSpread × limit of them, FAILED heads
+// whose retry has come and RECEIVED heads older than grace; or, when aggregates is not
+// nil, the heads of those aggregates that are due. Run it outside the processing
+// transaction, on the pool, before that transaction begins: under SERIALIZABLE
+// (CockroachDB's default) a range read of aggregate_head_due inside it would conflict with
+// every transaction moving a head in that range and restart it; outside, the processing
+// transaction reads only the keys it locks and the aggregates it settles. (Before it
+// begins, too, or a transaction would hold one connection while waiting for another.)
+// The pick is only a hint: LockPicked re-checks everything.
+func PickHeads(ctx context.Context, db DB, grace time.Duration, limit int, aggregates []string) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if aggregates != nil {
+		ids, err := pickIDs(ctx, db, pickAggregatesSQL, aggregates)
+		if len(ids) > limit {
+			ids = ids[:limit]
+		}
+		return ids, err
+	}
+	return pickIDs(ctx, db, pickDueSQL, grace.Milliseconds(), limit*pickSpread)
+}
+
+// LockPicked locks, for the rest of tx, up to limit of the picked heads (PickHeads)
+// that are still due heads of their aggregates. skip: rows other transactions hold are
+// skipped (SKIP LOCKED), and the next picked ones are tried, a chunk at a time, until
+// limit are locked or the pick is used up; otherwise (the successors of a delivery, see
+// ClaimHeads) they are waited for, in sequence order. It never locks a row it was not
+// asked for, and it asks for no more than it still needs.
+func LockPicked(ctx context.Context, tx DB, picked []string, grace time.Duration, limit int, skip bool) ([]Head, error) {
+	var out []Head
+	for len(picked) > 0 && len(out) < limit {
+		n := min(limit-len(out), len(picked))
+		got, err := lockHeads(ctx, tx, skip, picked[:n], grace)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+		picked = picked[n:]
+		if !skip {
+			break
+		}
+	}
+	return out, nil
+}
 
 // ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the
 // head of their aggregate: FAILED entries whose next attempt has come, and RECEIVED
 // entries older than grace. Rows another transaction holds are skipped (SKIP LOCKED),
 // so concurrent batches, in this instance or another, never wait for one another and
 // never take the same entry. The lock is the claim: it ends with tx, so a dead worker's
-// entries are free again at once.
-//
-// It picks due heads without locks, then locks them by key; when other workers hold
-// some of them, it picks again over a window twice as large, a few times at most, so
-// that concurrent workers spread over the due heads instead of colliding on the first.
+// entries are free again at once. It is PickHeads on picker then LockPicked in tx; the
+// engine calls the two itself, picking before its transaction begins.
 //
 // aggregates, when not nil, restricts the claim to those aggregates (the successors of
 // a delivery just processed), and then a row another transaction holds is waited for,
 // in sequence order: that transaction may be a delivery that is deferring the very
 // successor this claim is meant to move on, and skipping it would strand it.
-func ClaimHeads(ctx context.Context, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
-	if limit <= 0 {
-		return nil, nil
+func ClaimHeads(ctx context.Context, picker, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
+	picked, err := PickHeads(ctx, picker, grace, limit, aggregates)
+	if err != nil {
+		return nil, err
 	}
-	if aggregates != nil {
-		ids, err := pickIDs(ctx, tx, pickAggregatesSQL, aggregates)
-		if err != nil || len(ids) == 0 {
-			return nil, err
-		}
-		if len(ids) > limit {
-			ids = ids[:limit]
-		}
-		return lockHeads(ctx, tx, false, ids, 0)
-	}
-	var out []Head
-	tried := map[string]bool{}
-	for round := 0; round < claimRounds && len(out) < limit; round++ {
-		window := limit << round
-		picked, err := pickIDs(ctx, tx, pickDueSQL, grace.Milliseconds(), window)
-		if err != nil {
-			return nil, err
-		}
-		var fresh []string
-		for _, id := range picked {
-			if !tried[id] && len(fresh) < limit-len(out) {
-				tried[id] = true
-				fresh = append(fresh, id)
-			}
-		}
-		if len(fresh) > 0 {
-			got, err := lockHeads(ctx, tx, true, fresh, grace)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, got...)
-		}
-		if len(picked) < window {
-			break // every due head was seen
-		}
-	}
-	return out, nil
+	return LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
 }
 
 func pickIDs(ctx context.Context, tx DB, sql string, args ...any) ([]string, error) {

@@ -112,7 +112,7 @@ func TestClaimPlanUsesHeadIndex(t *testing.T) {
 		t.Errorf("pick plan reads no table: %+v", pick)
 	}
 
-	heads, err := journal.ClaimHeads(ctx, db.Pool, 0, 100, nil)
+	heads, err := journal.ClaimHeads(ctx, db.Pool, db.Pool, 0, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestClaimLatencyReport(t *testing.T) {
 			}
 			return time.Since(start) / n
 		}
-		after := measure(func(tx pgx.Tx) error { _, err := journal.ClaimHeads(ctx, tx, 0, 100, nil); return err })
+		after := measure(func(tx pgx.Tx) error { _, err := journal.ClaimHeads(ctx, db.Pool, tx, 0, 100, nil); return err })
 		before := measure(func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, claimBeforeHeadsSQL, int64(0), int64(100))
 			if err != nil {
@@ -187,3 +187,18 @@ const claimBeforeHeadsSQL = `
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
 			  AND p.status IN ('RECEIVED', 'FAILED'))
 		ORDER BY j.next_attempt_at LIMIT $2::INT8 FOR UPDATE SKIP LOCKED`
+
+// The claim's shape on CockroachDB (issue 19, item 3): the pick locks nothing, and the
+// statement that locks has no LIMIT, so it never locks a row it does not return
+// (cockroach#121917: no LIMIT pushed below a locking index join under SKIP LOCKED).
+func TestClaimShapeLocksOnlyWhatItReturns(t *testing.T) {
+	if strings.Contains(journal.PickDueSQL, "FOR UPDATE") || strings.Contains(journal.PickAggregatesSQL, "FOR UPDATE") {
+		t.Error("the pick locks rows")
+	}
+	for _, skip := range []bool{true, false} {
+		sql := journal.LockHeadsSQL(skip)
+		if strings.Contains(sql, "LIMIT") || !strings.Contains(sql, "j.id = ANY ($1::UUID[])") || !strings.Contains(sql, "FOR UPDATE") {
+			t.Errorf("lock statement (skip %v) is not a lock by key without LIMIT:\n%s", skip, sql)
+		}
+	}
+}

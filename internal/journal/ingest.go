@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -137,15 +139,11 @@ heads AS (
 	FROM input AS i CROSS JOIN block AS b
 	WHERE i.id IN (SELECT id FROM ins)
 	ORDER BY i.aggregate_id, i.ord
-	ON CONFLICT (aggregate_id) DO UPDATE SET
-	    head_id = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
-	                   THEN excluded.head_id ELSE aggregate_head.head_id END,
-	    due_at = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
-	                  THEN excluded.due_at ELSE aggregate_head.due_at END,
-	    received = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
-	                    THEN true ELSE aggregate_head.received END,
-	    head_seq = CASE WHEN excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
-	                    THEN excluded.head_seq ELSE aggregate_head.head_seq END
+	-- The WHERE leaves the row as it is (locked all the same) unless this batch's
+	-- entry comes first: two batches written at once then do not conflict on it.
+	ON CONFLICT (aggregate_id) DO UPDATE SET head_id = excluded.head_id, head_seq = excluded.head_seq,
+	    due_at = excluded.due_at, received = true
+	WHERE excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
 	RETURNING 1
 ),
 bad AS (
@@ -274,8 +272,10 @@ func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, err
 	var res Result
 	var inserted, conflicts, quarantined int64
 	var raced []int64
-	err := db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
-		badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces).Scan(&inserted, &conflicts, &quarantined, &raced)
+	err := retrySerialization(ctx, func() error {
+		return db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
+			badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces).Scan(&inserted, &conflicts, &quarantined, &raced)
+	})
 	if err != nil {
 		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
 	}
@@ -384,4 +384,29 @@ func IsDataError(err error) bool { return isDataError(err) }
 func isDataError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "22"
+}
+
+// serializationAttempts bounds retryable conflicts (SQLSTATE 40001) on one ingest
+// statement. Its implicit transaction can conflict with another batch or with processing
+// moving the same aggregate's head (aggregate_head), under SERIALIZABLE: the default on
+// CockroachDB, which retries such one-statement transactions itself when it can
+// (https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference#client-side-retry-handling),
+// or a PostgreSQL configured so. The statement is idempotent, so running it again is safe.
+const serializationAttempts = 5
+
+func retrySerialization(ctx context.Context, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == serializationAttempts || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+			return err
+		}
+		t := time.NewTimer(time.Duration(rand.N(attempt*10+1)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }

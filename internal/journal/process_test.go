@@ -47,7 +47,7 @@ func TestClaimHeads(t *testing.T) {
 	sync()
 	heads := func(grace time.Duration) []string {
 		t.Helper()
-		got, err := journal.ClaimHeads(ctx, db.Pool, grace, 100, nil)
+		got, err := journal.ClaimHeads(ctx, db.Pool, db.Pool, grace, 100, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	}
 	head := func() []string {
 		t.Helper()
-		got, err := journal.ClaimHeads(ctx, db.Pool, 0, 10, []string{"agg"})
+		got, err := journal.ClaimHeads(ctx, db.Pool, db.Pool, 0, 10, []string{"agg"})
 		if err != nil {
 			t.Fatal(err)
 		}

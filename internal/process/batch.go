@@ -43,7 +43,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	defer func() { <-e.sem }()
 	start := time.Now()
 
-	tx, err := e.db.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := e.db.BeginTx(ctx, e.txOptions())
 	if err != nil {
 		return res, fmt.Errorf("beginning transaction: %w", err)
 	}
@@ -301,8 +301,14 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) cla
 // It returns the outcomes by id and the entries it claimed.
 func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (map[string]Outcome, []journal.Head, error) {
 	res, _, err := e.batch(ctx, limit, func(l int) claimFunc {
+		// Picked here, on the pool, before the batch's transaction begins (see
+		// journal.PickHeads); batch calls this again before every try.
+		picked, err := journal.PickHeads(ctx, e.db, grace, l, aggregates)
 		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
-			return journal.ClaimHeads(ctx, tx, grace, l, aggregates)
+			if err != nil {
+				return nil, err
+			}
+			return journal.LockPicked(ctx, tx, picked, grace, l, aggregates == nil)
 		}
 	})
 	return res.outs, res.claimed, err

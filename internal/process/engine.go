@@ -48,6 +48,11 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// TracerProvider makes the processing spans; nil means otel's global provider.
 	TracerProvider trace.TracerProvider
+	// CockroachDB: the database is CockroachDB (the service detects it). Every processing
+	// transaction then begins with explicit SERIALIZABLE isolation, whatever the session's
+	// default (an operator's READ COMMITTED default would silently change the guarantees),
+	// and with durable locks (see setTimeouts).
+	CockroachDB bool
 }
 
 // DefaultConcurrency is one batch transaction per CPU, at least 2. A worker runs a batch
@@ -205,7 +210,7 @@ func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr er
 
 func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec journal.Outcome) (Outcome, error) {
 	got := OutcomeNoop
-	err := executeTx(ctx, e.db, func(tx pgx.Tx) error {
+	err := executeTx(ctx, e.db, e.txOptions(), func(tx pgx.Tx) error {
 		got = OutcomeNoop
 		if err := e.setTimeouts(ctx, tx); err != nil {
 			return err
@@ -252,7 +257,30 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("setting statement_timeout: %w", err)
 	}
+	if e.cfg.CockroachDB {
+		// Under SERIALIZABLE, CockroachDB's FOR UPDATE locks are best-effort by default:
+		// a lease transfer, split or merge can drop them before the commit, and a second
+		// worker could then claim an entry this one holds (serializability still lets only
+		// one of them commit, so database effects stay exactly once, but the handler runs
+		// twice). This makes them durable (v23.2+; SKIP LOCKED over replicated locks
+		// needs v24.1+, cockroach PR #116776, and feed.MinVersion is v24.1).
+		// https://www.cockroachlabs.com/docs/stable/known-limitations#select-for-update-limitations
+		// https://github.com/cockroachdb/cockroach/pull/107749 (the session variable)
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_durable_locking_for_serializable = on"); err != nil {
+			return fmt.Errorf("setting enable_durable_locking_for_serializable: %w", err)
+		}
+	}
 	return nil
+}
+
+// txOptions are the options every processing transaction begins with: explicit
+// SERIALIZABLE on CockroachDB (Config.CockroachDB); the session's default on PostgreSQL,
+// where processing relies on row locks under READ COMMITTED.
+func (e *Engine) txOptions() pgx.TxOptions {
+	if e.cfg.CockroachDB {
+		return pgx.TxOptions{IsoLevel: pgx.Serializable}
+	}
+	return pgx.TxOptions{}
 }
 
 // timeoutError is a handler that overran Config.HandlerTimeout.

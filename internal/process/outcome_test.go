@@ -168,11 +168,16 @@ func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 			if forced && !strings.Contains(lastErr, "could not be stored") {
 				t.Errorf("last_error = %q, want the fixed message", lastErr)
 			}
-			if c := h.of(poisonID); c != 1 {
-				t.Errorf("poisoned event's handler ran %d times, want 1", c)
+			// Under SERIALIZABLE a conflict re-runs a batch's handlers: a few more, never a loop.
+			once, calls := 1, 2*len(ids)
+			if testenv.Serializable() {
+				once, calls = 5, 4*len(ids)
 			}
-			if n := h.total(); n > 2*len(ids) {
-				t.Errorf("%d handler calls for %d events, want at most %d", n, len(ids), 2*len(ids))
+			if c := h.of(poisonID); c > once {
+				t.Errorf("poisoned event's handler ran %d times, want at most %d", c, once)
+			}
+			if n := h.total(); n > calls {
+				t.Errorf("%d handler calls for %d events, want at most %d", n, len(ids), calls)
 			}
 		})
 	}

@@ -20,8 +20,8 @@ import (
 // savepoint release and COMMIT is the commit: a connection lost at that moment would be
 // reported as success, and the webhook would answer 2xx for an outcome never recorded.
 // Reporting it costs CockroachDB nothing worse than a redelivery, which is a no-op.
-func executeTx(ctx context.Context, db crdbpgx.Conn, fn func(pgx.Tx) error) error {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
+func executeTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}

@@ -206,7 +206,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	engine := process.New(s.pool, s.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
 		ImmediateRetries: immediate, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
-		BatchSize: cfg.ProcessBatchSize, TracerProvider: s.tp},
+		BatchSize: cfg.ProcessBatchSize, TracerProvider: s.tp, CockroachDB: s.cockroach},
 		s.m, s.log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
 		BatchSize: cfg.ProcessBatchSize, StopTimeout: cfg.ShutdownTimeout / 2}) // half: intake and the API need their share

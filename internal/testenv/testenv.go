@@ -61,12 +61,39 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
+// DBOptions shape a test database.
+type DBOptions struct {
+	// Isolation is the database's default_transaction_isolation ("serializable", say);
+	// empty: $INBOXD_TEST_DEFAULT_ISOLATION, else PostgreSQL's default (read committed).
+	// SERIALIZABLE is CockroachDB's default, so the CockroachDB-faithful profile runs the
+	// processing tests with INBOXD_TEST_DEFAULT_ISOLATION=serializable (make test-crdb-profile).
+	Isolation string
+}
+
+// Serializable reports whether the test databases default to SERIALIZABLE
+// ($INBOXD_TEST_DEFAULT_ISOLATION), CockroachDB's default. Under it a transaction that
+// conflicts is rolled back and retried whole, so a handler can run more than once for
+// one committed effect; PostgreSQL's serializable isolation also conflicts more than
+// CockroachDB's, since it tracks reads by index page rather than by key.
+func Serializable() bool {
+	return strings.EqualFold(os.Getenv("INBOXD_TEST_DEFAULT_ISOLATION"), "serializable")
+}
+
 // NewDB creates a database of its own for the test, applies the migrations, and drops
 // it when the test ends. With INBOXD_TEST_MESSAGE_LIMIT set (bytes, e.g. 16777216),
 // its Pool connects through a LimitProxy that refuses larger client messages as
 // CockroachDB does: the CockroachDB-faithful profile's client-message limit.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
+	return NewDBWith(t, DBOptions{})
+}
+
+// NewDBWith is NewDB with options.
+func NewDBWith(t testing.TB, opts DBOptions) *DB {
+	t.Helper()
+	if opts.Isolation == "" {
+		opts.Isolation = os.Getenv("INBOXD_TEST_DEFAULT_ISOLATION")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -78,6 +105,13 @@ func NewDB(t testing.TB) *DB {
 	name := "inboxd_test_" + Suffix()
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("creating database %s: %v", name, err)
+	}
+	if opts.Isolation != "" {
+		// Every session opened afterwards starts with it.
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_isolation = "+
+			pgx.Identifier{opts.Isolation}.Sanitize()); err != nil {
+			t.Fatalf("setting the default isolation of %s: %v", name, err)
+		}
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
