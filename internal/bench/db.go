@@ -30,37 +30,26 @@ func suffix() string {
 
 // createDB creates and migrates a database named inboxd_bench_<row>_<random>.
 func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
-	u, err := url.Parse(adminURL)
+	d, err := newDB(ctx, adminURL, row, "")
 	if err != nil {
-		return nil, fmt.Errorf("parsing admin url: %w", err)
+		return nil, err
 	}
-	name := "inboxd_bench_" + sqlName(row) + "_" + suffix()
-	admin, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the admin database: %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return nil, fmt.Errorf("creating database %s: %w", name, err)
-	}
-	u.Path = "/" + name
-	d := &freshDB{Name: name, URL: u.String(), adminURL: adminURL}
 	pool, err := pgxpool.New(ctx, d.URL)
 	if err != nil {
 		_ = d.drop(ctx)
-		return nil, fmt.Errorf("connecting to %s: %w", name, err)
+		return nil, fmt.Errorf("connecting to %s: %w", d.Name, err)
 	}
 	defer pool.Close()
 	if _, err := schema.Migrate(ctx, pool); err != nil {
 		pool.Close()
 		_ = d.drop(ctx)
-		return nil, fmt.Errorf("migrating %s: %w", name, err)
+		return nil, fmt.Errorf("migrating %s: %w", d.Name, err)
 	}
 	// The end-to-end rows run the demo's registration handler, which writes customers.
 	if err := registration.Migrate(ctx, pool); err != nil {
 		pool.Close()
 		_ = d.drop(ctx)
-		return nil, fmt.Errorf("migrating %s: %w", name, err)
+		return nil, fmt.Errorf("migrating %s: %w", d.Name, err)
 	}
 	return d, nil
 }
@@ -68,6 +57,12 @@ func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
 // createDBFrom creates a database named inboxd_bench_<row>_<random> as a copy of
 // template (already migrated), which must have no open connection.
 func createDBFrom(ctx context.Context, adminURL, row, template string) (*freshDB, error) {
+	return newDB(ctx, adminURL, row, template)
+}
+
+// newDB creates an empty database named inboxd_bench_<row>_<random>, or a copy of
+// template when it is not empty.
+func newDB(ctx context.Context, adminURL, row, template string) (*freshDB, error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing admin url: %w", err)
@@ -78,8 +73,12 @@ func createDBFrom(ctx context.Context, adminURL, row, template string) (*freshDB
 		return nil, fmt.Errorf("connecting to the admin database: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
-		return nil, fmt.Errorf("creating database %s from %s: %w", name, template, err)
+	create := "CREATE DATABASE " + name
+	if template != "" {
+		create += " TEMPLATE " + template
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
+		return nil, fmt.Errorf("creating database %s: %w", name, err)
 	}
 	u.Path = "/" + name
 	return &freshDB{Name: name, URL: u.String(), adminURL: adminURL}, nil

@@ -198,27 +198,14 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func intList(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive whole number", f)
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty list")
-	}
-	return out, nil
-}
+// intList parses a comma-separated list of positive whole numbers.
+func intList(s string) ([]int, error) { return wholeList(s, 1) }
 
 // levelList parses a comma-separated list of whole numbers, 0 allowed.
-func levelList(s string) ([]int, error) {
+func levelList(s string) ([]int, error) { return wholeList(s, 0) }
+
+// wholeList parses a comma-separated list of whole numbers of at least min.
+func wholeList(s string, min int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
@@ -226,8 +213,8 @@ func levelList(s string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q is not a whole number", f)
+		if err != nil || n < min {
+			return nil, fmt.Errorf("%q is not a whole number of at least %d", f, min)
 		}
 		out = append(out, n)
 	}

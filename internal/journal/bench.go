@@ -46,29 +46,7 @@ type Counts struct {
 
 // CountRows counts the journal by status and the quarantine.
 func CountRows(ctx context.Context, db DB) (Counts, error) {
-	c := Counts{ByStatus: map[string]int{}}
-	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
-	if err != nil {
-		return c, fmt.Errorf("counting journal rows: %w", err)
-	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return c, fmt.Errorf("counting journal rows: %w", err)
-		}
-		c.ByStatus[s] = int(n)
-		c.Journal += int(n)
-	}
-	if err := rows.Err(); err != nil {
-		return c, fmt.Errorf("counting journal rows: %w", err)
-	}
-	var q int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM quarantine`).Scan(&q); err != nil {
-		return c, fmt.Errorf("counting quarantine rows: %w", err)
-	}
-	c.Quarantine = int(q)
-	return c, nil
+	return countRows(ctx, db, `SELECT status, count(*) FROM journal GROUP BY status`)
 }
 
 // IDs returns every journal id.
@@ -236,8 +214,13 @@ func CountPending(ctx context.Context, db DB) (int64, error) {
 // CountRowsTagged is CountRows restricted to the journal entries of one tag (the
 // quarantine is counted whole): the check of a row whose journal was pre-filled.
 func CountRowsTagged(ctx context.Context, db DB, tag string) (Counts, error) {
+	return countRows(ctx, db, `SELECT status, count(*) FROM journal WHERE tag = $1 GROUP BY status`, tag)
+}
+
+// countRows runs a (status, count) query over the journal and counts the quarantine.
+func countRows(ctx context.Context, db DB, byStatus string, args ...any) (Counts, error) {
 	c := Counts{ByStatus: map[string]int{}}
-	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal WHERE tag = $1 GROUP BY status`, tag)
+	rows, err := db.Query(ctx, byStatus, args...)
 	if err != nil {
 		return c, fmt.Errorf("counting journal rows: %w", err)
 	}
