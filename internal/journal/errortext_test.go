@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -25,4 +26,18 @@ func FuzzErrorText(f *testing.F) {
 			t.Fatalf("errorText changed storable text %q to %q", s, got)
 		}
 	})
+}
+
+// The database's complaint about a refused row goes to quarantine.detail: it may quote
+// the row (multi-byte text) and is cut, so it is made storable the same way.
+func TestRefusalDetailStorable(t *testing.T) {
+	for _, msg := range []string{
+		strings.Repeat("x", 1990) + strings.Repeat("€", 20),
+		"duplicate key \x00 value (\xff)",
+	} {
+		d := refusalDetail(errors.New(msg))
+		if !utf8.ValidString(d) || strings.ContainsRune(d, 0) || len(d) > maxRefusalDetail+len("…") {
+			t.Errorf("refusalDetail: %d bytes, valid %v, NUL %v", len(d), utf8.ValidString(d), strings.ContainsRune(d, 0))
+		}
+	}
 }

@@ -60,10 +60,14 @@ const maxErrorText = 4000
 // column of PostgreSQL and CockroachDB alike: valid UTF-8 (invalid bytes become U+FFFD),
 // no NUL (which neither accepts in text), cut on a rune boundary to maxErrorText bytes.
 // Anything else would fail the statement with SQLSTATE 22021 and, with it, the batch.
-func errorText(s string) string {
+func errorText(s string) string { return storable(s, maxErrorText) }
+
+// storable returns s as text PostgreSQL and CockroachDB accept, at most n bytes (and
+// the ellipsis message.Truncate adds).
+func storable(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	return message.Truncate(s, maxErrorText)
+	return message.Truncate(s, n)
 }
 
 // MarkProcessed records a successful handler run. attempts counts handler runs.

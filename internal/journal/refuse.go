@@ -86,10 +86,7 @@ func refusalDetail(err error) string {
 			d += " (" + pgErr.Detail + ")"
 		}
 	}
-	if len(d) > maxRefusalDetail {
-		d = d[:maxRefusalDetail] + "…"
-	}
-	return d
+	return storable(d, maxRefusalDetail) // it may quote the row: cut on a rune, no NUL
 }
 
 // ingestIsolating writes entries and bad with one statement; when the database refuses
