@@ -107,8 +107,32 @@ type skipResponse struct {
 	SkippedAt *time.Time `json:"skipped_at"`
 }
 
-// maxSkipBy bounds the operator name recorded with a skip.
+// maxSkipBy bounds the operator name recorded with a skip or an edit.
 const maxSkipBy = 200
+
+// operatorName is by trimmed, or a 400 (problem title what) unless it names the
+// operator in 1 to maxSkipBy bytes of storable UTF-8.
+func operatorName(by, what string) (string, error) {
+	by = strings.TrimSpace(by)
+	if by == "" || len(by) > maxSkipBy || !utf8.ValidString(by) || strings.ContainsRune(by, 0) {
+		return "", BadRequest(what, map[string]string{"by": fmt.Sprintf("must name the operator: 1 to %d bytes of UTF-8", maxSkipBy)})
+	}
+	return by, nil
+}
+
+// decodeStrict decodes one JSON object into v: unknown fields and trailing data are
+// a 400.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return BadRequest("invalid JSON body", JSONProblem(err))
+	}
+	if dec.More() {
+		return BadRequest("invalid JSON body", "trailing data after the JSON object")
+	}
+	return nil
+}
 
 // POST /admin/events/{id}/skip skips one DEAD entry: it stays DEAD, records who skipped
 // it and when, and no longer parks its aggregate, whose successors run on. The body
@@ -125,14 +149,11 @@ func (s *Server) adminSkipOne(c echo.Context) error {
 		return err
 	}
 	var req skipRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return BadRequest("invalid JSON body", JSONProblem(err))
+	if err := decodeStrict(body, &req); err != nil {
+		return err
 	}
-	req.By = strings.TrimSpace(req.By)
-	if req.By == "" || len(req.By) > maxSkipBy || !utf8.ValidString(req.By) || strings.ContainsRune(req.By, 0) {
-		return BadRequest("invalid skip", map[string]string{"by": fmt.Sprintf("must name the operator: 1 to %d bytes of UTF-8", maxSkipBy)})
+	if req.By, err = operatorName(req.By, "invalid skip"); err != nil {
+		return err
 	}
 	r, err := journal.Skip(c.Request().Context(), s.cfg.Pool, id, req.By)
 	switch {
@@ -323,13 +344,8 @@ func (s *Server) adminReinject(c echo.Context) error {
 	}
 	var req reinjectRequest
 	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return BadRequest("invalid JSON body", JSONProblem(err))
-		}
-		if dec.More() {
-			return BadRequest("invalid JSON body", "trailing data after the JSON object")
+		if err := decodeStrict(body, &req); err != nil {
+			return err
 		}
 	}
 	if req.Destination != "" {

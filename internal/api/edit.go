@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -48,17 +45,11 @@ func (s *Server) adminEditAndRetry(c echo.Context) error {
 		return err
 	}
 	var req editRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return BadRequest("invalid JSON body", JSONProblem(err))
+	if err := decodeStrict(body, &req); err != nil {
+		return err
 	}
-	if dec.More() {
-		return BadRequest("invalid JSON body", "trailing data after the JSON object")
-	}
-	req.By = strings.TrimSpace(req.By)
-	if req.By == "" || len(req.By) > maxSkipBy || !utf8.ValidString(req.By) || strings.ContainsRune(req.By, 0) {
-		return BadRequest("invalid edit", map[string]string{"by": fmt.Sprintf("must name the operator: 1 to %d bytes of UTF-8", maxSkipBy)})
+	if req.By, err = operatorName(req.By, "invalid edit"); err != nil {
+		return err
 	}
 	payload := bytes.TrimSpace(req.Payload)
 	if len(payload) == 0 || bytes.Equal(payload, []byte("null")) {

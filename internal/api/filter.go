@@ -357,13 +357,8 @@ func (l *stringList) UnmarshalJSON(b []byte) error {
 func parseFilterBody(body []byte, allowed []string) (journal.Filter, bool, error) {
 	var fb filterBody
 	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&fb); err != nil {
-			return journal.Filter{}, false, BadRequest("invalid JSON body", JSONProblem(err))
-		}
-		if dec.More() {
-			return journal.Filter{}, false, BadRequest("invalid JSON body", "trailing data after the JSON object")
+		if err := decodeStrict(body, &fb); err != nil {
+			return journal.Filter{}, false, err
 		}
 	}
 	problems := map[string]string{}
