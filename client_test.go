@@ -90,6 +90,10 @@ func TestResolveDefaults(t *testing.T) {
 			func(c *config.Config) bool { return c.Retention == 0 && c.QuarantineRetention == 0 }},
 		{"disable the API and the webhook", Config{DisableHTTP: true, DisableWebhook: true},
 			func(c *config.Config) bool { return c.HTTPAddr == "" && c.WebhookAddr == "" }},
+		{"negative immediate retries means none", Config{ImmediateRetries: -1},
+			func(c *config.Config) bool { return c.ImmediateRetries == 0 }},
+		{"zero immediate retries is the default", Config{},
+			func(c *config.Config) bool { return c.ImmediateRetries == 2 && c.MaxAttempts == 40 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

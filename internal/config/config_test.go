@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/process"
 )
 
 func parse(t *testing.T, env map[string]string, args ...string) (*Config, error) {
@@ -66,6 +68,16 @@ func TestConfig(t *testing.T) {
 			check: func(c *Config) bool { return c.Publish() == "/topic/VirtualTopic.registrations" }},
 		{name: "publish defaults to the first destination", check: func(c *Config) bool { return c.Publish() == "/queue/registrations" }},
 		{name: "bad publish destination", args: []string{"-publish-destination", "registrations"}, wantErr: "publish-destination"},
+		// The recoverability policy's defaults are the engine's constants (one source).
+		{name: "retry defaults are the engine's", check: func(c *Config) bool {
+			return c.ImmediateRetries == process.DefaultImmediateRetries && c.MaxAttempts == process.DefaultMaxAttempts &&
+				c.RetryBaseDelay == process.DefaultBaseBackoff && c.RetryMaxDelay == process.DefaultMaxBackoff
+		}},
+		{name: "retry policy from the environment", env: map[string]string{"INBOXD_IMMEDIATE_RETRIES": "0", "INBOXD_RETRY_MAX_DELAY": "1h"},
+			args: []string{"-max-attempts", "25"},
+			check: func(c *Config) bool { return c.ImmediateRetries == 0 && c.RetryMaxDelay == time.Hour && c.MaxAttempts == 25 }},
+		{name: "retry max below base", args: []string{"-retry-base-delay", "1m", "-retry-max-delay", "10s"}, wantErr: "retry-max-delay (10s) must be at least retry-base-delay (1m0s)"},
+		{name: "negative immediate retries", args: []string{"-immediate-retries", "-1"}, wantErr: "immediate-retries must be at least 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
