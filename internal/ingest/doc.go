@@ -39,4 +39,9 @@
 // client id: a second subscriber with the same one waits as a standby
 // (stompx.ErrClientIDInUse) and takes over when the first lets go. A destination counts
 // as ready only once the broker has confirmed its SUBSCRIBE.
+//
+// A message's W3C traceparent and tracestate headers are kept with its journal entry
+// (tracing.Extract: validated by propagation.TraceContext, bounded), and each batch
+// written has an OpenTelemetry span ("ingest <destination>", Config.TracerProvider)
+// linked to the trace of each of its messages.
 package ingest

@@ -58,6 +58,16 @@
 // Registry.SetRetryPolicy for one. Every recorded attempt is also kept in the attempt
 // history (journal_attempt), written in the same round trip as the outcome.
 //
+// # Tracing
+//
+// Each event a handler runs for gets an OpenTelemetry span ("process <type>", kind
+// consumer, from Config.TracerProvider, else otel's global provider): a child of the
+// W3C trace context its message carried (journal.trace_context), else of whatever span
+// ctx holds. The handler's ctx holds that span, so a handler's own spans nest under it
+// and outbox.Emit gives the messages it emits its traceparent. Immediate retries share
+// the span; every recorded attempt has its own. A BatchHandler call has one span linked
+// to the traces of its events (a span has one parent).
+//
 // # Ordering
 //
 // Events of one aggregate (journal.aggregate_id) are applied in journal.sequence_no
