@@ -59,11 +59,14 @@ const pickAggregatesSQL = `
 SELECT h.head_id::TEXT FROM aggregate_head AS h
 WHERE h.aggregate_id = ANY ($1::TEXT[]) AND NOT h.parked AND h.due_at <= now()`
 
-// headCheck verifies, once a picked row is locked, that it is still its aggregate's
-// head: nothing earlier pending, no earlier DEAD entry parking the aggregate. The pick
-// ran without locks, so another transaction may have settled or moved it meanwhile.
-const headCheck = `
-	AND NOT EXISTS (
+// headCheck is true when an entry j, once locked, is still its aggregate's head:
+// nothing earlier pending, no earlier DEAD entry parking the aggregate. The pick ran
+// without locks, so another transaction may have settled or moved it meanwhile. It is
+// meant for a select list: there each NOT EXISTS stays a subplan run per locked row,
+// which probes journal_aggregate_pending and journal_aggregate_parked by (aggregate_id,
+// sequence_no); in a WHERE clause PostgreSQL may turn it into an anti-join that reads
+// every pending entry (it did, whenever statistics said few were pending).
+const headCheck = `NOT EXISTS (
 		SELECT 1 FROM journal AS p
 		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
 		  AND p.status IN ('RECEIVED', 'FAILED'))
@@ -72,9 +75,22 @@ const headCheck = `
 		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
 		  AND p.status = 'DEAD' AND p.skipped_at IS NULL)`
 
-// lockHeadsSQL locks picked heads by key. skip: SKIP LOCKED (the sweeper); otherwise a
-// row another transaction holds is waited for, in sequence order (successors of a
-// delivery, see ClaimHeads). It has no LIMIT: it never locks a row it was not asked for.
+// lockHeadsSQL locks picked heads ($1) by primary key and tells, in its last column,
+// which of them are still claimable: pending, due ($2: the grace of a RECEIVED head, in
+// ms) and their aggregate's head. skip: SKIP LOCKED (the sweeper); otherwise a row
+// another transaction holds is waited for, in sequence order (successors of a delivery,
+// see ClaimHeads).
+//
+// The WHERE clause is the key alone, and every check is in the select list (as the
+// outbox's lock does), so that the plan is a primary-key lookup of the picked ids
+// whatever the statistics say, in custom and generic plans alike: with the status and
+// due checks in the WHERE clause, an analyzed journal of settled entries made
+// PostgreSQL scan journal_pending, however many entries it really held, and filter it
+// by id. On PostgreSQL the checks are evaluated again on the row's latest version once
+// it is locked (READ COMMITTED's recheck), so a head settled meanwhile reads as not
+// claimable. Every row it locks, it returns: it has no LIMIT and no filter but the key,
+// so neither database locks a row it was not asked for
+// (https://github.com/cockroachdb/cockroach/issues/121917).
 // https://www.cockroachlabs.com/docs/stable/select-for-update
 func lockHeadsSQL(skip bool) string {
 	order := `ORDER BY j.sequence_no FOR UPDATE`
@@ -82,10 +98,12 @@ func lockHeadsSQL(skip bool) string {
 		order = `FOR UPDATE SKIP LOCKED`
 	}
 	return `
-		SELECT ` + headColumns + `, false
+		SELECT ` + headColumns + `, false,
+		       j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		       AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $2::INT8 * INTERVAL '1 millisecond')
+		       AND ` + headCheck + `
 		FROM journal AS j
-		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		  AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $2::INT8 * INTERVAL '1 millisecond')` + headCheck + `
+		WHERE j.id = ANY ($1::UUID[])
 		` + order
 }
 
@@ -227,16 +245,24 @@ ON CONFLICT (aggregate_id) DO UPDATE SET head_id = excluded.head_id, head_seq = 
     due_at = excluded.due_at, received = excluded.received, parked = excluded.parked`
 
 // deleteIdleHeadsSQL deletes the rows of aggregates $1 left with no pending entry and no
-// parking DEAD entry.
+// parking DEAD entry. Each aggregate is probed by a LATERAL … LIMIT 1 through
+// journal_aggregate_pending and journal_aggregate_parked, as in upsertHeadsSQL: written
+// as NOT EXISTS, PostgreSQL planned a hash anti-join over every pending and every DEAD
+// entry whenever statistics said there were few.
+// https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries
 const deleteIdleHeadsSQL = `
 DELETE FROM aggregate_head AS h
-WHERE h.aggregate_id = ANY ($1::TEXT[])
-  AND NOT EXISTS (
-	SELECT 1 FROM journal AS j
-	WHERE j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED'))
-  AND NOT EXISTS (
-	SELECT 1 FROM journal AS j
-	WHERE j.aggregate_id = h.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL)`
+WHERE h.aggregate_id IN (
+	SELECT a.aggregate_id FROM unnest($1::TEXT[]) AS a(aggregate_id)
+	LEFT JOIN LATERAL (
+		SELECT j.id FROM journal AS j
+		WHERE j.aggregate_id = a.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
+		ORDER BY j.sequence_no LIMIT 1) AS p ON true
+	LEFT JOIN LATERAL (
+		SELECT j.id FROM journal AS j
+		WHERE j.aggregate_id = a.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL
+		ORDER BY j.sequence_no LIMIT 1) AS d ON true
+	WHERE p.id IS NULL AND d.id IS NULL)`
 
 // SyncHeads brings the aggregate_head rows of aggregates up to date with the journal,
 // inside tx, after tx changed the status of some of their entries (or their

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,19 +31,20 @@ type Pending struct {
 	TraceContext string
 }
 
+const lockPendingSQL = `
+		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
+		       next_attempt_at <= now()
+		FROM journal
+		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
+		FOR UPDATE`
+
 // LockPending locks the entry for the rest of tx if it still waits for processing
 // (RECEIVED or FAILED) and returns it. found is false when the entry does not exist or
 // is already terminal: a duplicate delivery, a no-op. On PostgreSQL a row locked by
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
 func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
-
-	err = tx.QueryRow(ctx, `
-		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
-		       next_attempt_at <= now()
-		FROM journal
-		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
-		FOR UPDATE`, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
+	err = tx.QueryRow(ctx, lockPendingSQL, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Pending{}, false, nil
@@ -155,25 +157,34 @@ type Head struct {
 const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
        j.attempts, j.next_attempt_at <= now(), COALESCE(j.trace_context::TEXT, '')`
 
+// scanHeads reads rows of headColumns, Blocked and a last column telling whether the
+// row is claimed; the rows that are not are left out.
 func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Head, error) {
 		var h Head
+		var claimed bool
 		err := r.Scan(&h.ID, &h.EventType, &h.AggregateID, &h.SequenceNo, &h.Tag, &h.Payload, &h.Status,
-			&h.Attempts, &h.Due, &h.TraceContext, &h.Blocked)
+			&h.Attempts, &h.Due, &h.TraceContext, &h.Blocked, &claimed)
+		if !claimed {
+			h.ID = ""
+		}
 		return h, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return out, nil
+	return slices.DeleteFunc(out, func(h Head) bool { return h.ID == "" }), nil
 }
 
-// LockBatch locks, for the rest of tx, those of ids that are still pending, in
-// sequence order (so that two batches sharing entries lock them in the same order and
-// cannot deadlock). A row another transaction holds is waited for and re-read.
-func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT `+headColumns+`,
+// lockBatchSQL locks entries $1 by primary key, in sequence order, and tells which are
+// still pending (its last column). As in lockHeadsSQL, the WHERE clause is the key
+// alone and the checks are in the select list, so that the plan is a primary-key
+// lookup whatever the statistics say: with the status check in the WHERE clause, an
+// analyzed journal of settled entries made PostgreSQL scan journal_pending and filter
+// it by id. Each EXISTS stays a subplan that probes journal_aggregate_pending or
+// journal_aggregate_parked for the locked row's aggregate.
+const lockBatchSQL = `
+		SELECT ` + headColumns + `,
 		       EXISTS (
 			SELECT 1 FROM journal AS p
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
@@ -181,11 +192,19 @@ func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
 		       OR EXISTS (
 			SELECT 1 FROM journal AS p
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-			  AND p.status = 'DEAD' AND p.skipped_at IS NULL)
+			  AND p.status = 'DEAD' AND p.skipped_at IS NULL),
+		       j.status IN ('RECEIVED', 'FAILED')
 		FROM journal AS j
-		WHERE j.id = ANY ($1::UUID[]) AND j.status IN ('RECEIVED', 'FAILED')
+		WHERE j.id = ANY ($1::UUID[])
 		ORDER BY j.sequence_no
-		FOR UPDATE`, ids)
+		FOR UPDATE`
+
+// LockBatch locks, for the rest of tx, those of ids that are still pending, in
+// sequence order (so that two batches sharing entries lock them in the same order and
+// cannot deadlock), and returns them. A row another transaction holds is waited for
+// and re-read. An entry already settled is locked too, but left out.
+func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
+	rows, err := tx.Query(ctx, lockBatchSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("locking journal entries: %w", err)
 	}

@@ -1,0 +1,107 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// backlogJournal is plannedJournal, analyzed while almost nothing was pending, and then
+// a backlog the statistics do not know of: 2,000 aggregates whose FAILED head is due in
+// an hour, each with 4 RECEIVED events behind it, and 500 aggregates with a due
+// RECEIVED head. That is a production journal between two autovacuum analyses: a plan
+// that trusts the statistics about the partial indexes reads the whole backlog. Only
+// aggregate_head is analyzed again (it is small and its statistics follow it).
+func backlogJournal(t *testing.T) (pool *pgxpool.Pool, heads, aggregates []string) {
+	t.Helper()
+	ctx := context.Background()
+	pool = plannedJournal(t)
+	for _, sql := range []string{`
+		INSERT INTO journal (id, payload, event_type, aggregate_id, status, attempts, next_attempt_at)
+		SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'blk-' || (g % 2000)::TEXT,
+		       CASE WHEN g < 2000 THEN 'FAILED' ELSE 'RECEIVED' END, CASE WHEN g < 2000 THEN 1 ELSE 0 END,
+		       CASE WHEN g < 2000 THEN now() + INTERVAL '1 hour' ELSE now() END
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(0, 9999) AS g) AS s
+		ORDER BY g`, `
+		INSERT INTO journal (id, payload, event_type, aggregate_id, next_attempt_at)
+		SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'due-' || g::TEXT, now() - INTERVAL '1 minute'
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 500) AS g) AS s`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RebuildHeads(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE aggregate_head`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT head_id::TEXT, aggregate_id FROM aggregate_head
+		WHERE aggregate_id LIKE 'due-%' ORDER BY aggregate_id LIMIT 100`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, agg string
+		if err := rows.Scan(&id, &agg); err != nil {
+			t.Fatal(err)
+		}
+		heads, aggregates = append(heads, id), append(aggregates, agg)
+	}
+	if rows.Err() != nil || len(heads) != 100 {
+		t.Fatalf("%d due heads: %v", len(heads), rows.Err())
+	}
+	return pool, heads, aggregates
+}
+
+// TestHotPlansUseKeys pins every statement a processing batch sends, claim to settle,
+// to lookups by key (journal_pkey, the aggregate's partial indexes), in custom and
+// generic plans (pgx prepares statements; PostgreSQL may plan generically after five
+// runs), on a journal whose statistics say almost nothing is pending while 10,500
+// entries are. None may read journal_pending or journal_attention whole: with the
+// status and due checks in their WHERE clauses, the claim's lock and LockBatch scanned
+// journal_pending and filtered it by id, and deleting idle heads hash-joined every
+// pending and every DEAD entry (issue 20: e2e-max 14× slower at 2 M settled entries).
+func TestHotPlansUseKeys(t *testing.T) {
+	pool, heads, aggs := backlogJournal(t)
+	statuses := make([]string, len(heads))
+	errs := make([]*string, len(heads))
+	backoffs := make([]int64, len(heads))
+	for i := range statuses {
+		statuses[i] = StatusProcessed
+	}
+	byAggregate := []string{"journal_aggregate_pending", "journal_aggregate_parked"}
+	tests := []planCase{
+		{name: "claim: pick due", sql: pickDueSQL, args: []any{int64(0), int64(100)}, want: []string{"aggregate_head_due"}},
+		{name: "claim: lock, skip locked", sql: lockHeadsSQL(true), args: []any{heads, int64(0)},
+			want: append([]string{"journal_pkey"}, byAggregate...)},
+		{name: "claim: lock, wait", sql: lockHeadsSQL(false), args: []any{heads, int64(0)},
+			want: append([]string{"journal_pkey"}, byAggregate...)},
+		{name: "webhook: lock batch", sql: lockBatchSQL, args: []any{heads}, want: append([]string{"journal_pkey"}, byAggregate...)},
+		{name: "engine: lock one", sql: lockPendingSQL, args: []any{heads[0]}, want: []string{"journal_pkey"}},
+		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs}, want: []string{"journal_pkey"}},
+		{name: "settle: aggregates of", sql: aggregatesOfSQL, args: []any{heads}, want: []string{"journal_pkey"}},
+		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},
+		{name: "settle: delete idle heads", sql: deleteIdleHeadsSQL, args: []any{aggs}, want: byAggregate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			custom, generic := explain(t, pool, tt.sql, tt.args...)
+			for kind, plan := range map[string]string{"custom": custom, "generic": generic} {
+				err := checkPlan(plan, tt.want, tt.bounded)
+				for _, whole := range []string{"journal_pending", "journal_attention"} {
+					if err == nil && strings.Contains(plan, whole) {
+						err = fmt.Errorf("reads %s, which holds every pending entry", whole)
+					}
+				}
+				if err != nil {
+					t.Errorf("%s plan: %v\n%s", kind, err, plan)
+				}
+			}
+		})
+	}
+}
