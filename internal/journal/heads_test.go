@@ -97,6 +97,7 @@ func TestClaimPlanUsesHeadIndex(t *testing.T) {
 	seedBlocked(t, db, 1000, 50000, 10)
 	ctx := context.Background()
 
+	logPlan(t, db, journal.PickDueSQL, int64(0), int64(400))
 	pick := explain(t, db, true, journal.PickDueSQL, int64(0), int64(100))
 	read := map[string]float64{}
 	scans(pick, read)
@@ -126,6 +127,7 @@ func TestClaimPlanUsesHeadIndex(t *testing.T) {
 			t.Errorf("claimed %s of %s, which is blocked", h.ID, h.AggregateID)
 		}
 	}
+	logPlan(t, db, journal.LockHeadsSQL(true), ids, int64(0))
 	for _, skip := range []bool{true, false} {
 		lock := explain(t, db, true, journal.LockHeadsSQL(skip), ids, int64(0))
 		read := map[string]float64{}
@@ -201,4 +203,18 @@ func TestClaimShapeLocksOnlyWhatItReturns(t *testing.T) {
 			t.Errorf("lock statement (skip %v) is not a lock by key without LIMIT:\n%s", skip, sql)
 		}
 	}
+}
+
+// logPlan logs the statement's EXPLAIN (ANALYZE, BUFFERS) text, for go test -v.
+func logPlan(t *testing.T, db *testenv.DB, sql string, args ...any) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) "+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plan:\n%s", strings.Join(lines, "\n"))
 }
