@@ -436,3 +436,34 @@ func ParkedBehind(ctx context.Context, db DB, aggregate string, seq int64) (id s
 	}
 	return id, true, nil
 }
+
+// staleHeadsSQL finds, among the first $1 due heads (the window claims pick from), those
+// whose row no longer matches the journal: the entry is gone, no longer pending, or not
+// due after all. Claims skip such rows but pick them first, so enough of them would crowd
+// out every due head; nothing inboxd does leaves one, but a journal written behind its
+// back (or a bug) could.
+const staleHeadsSQL = `
+SELECT h.aggregate_id FROM (
+	SELECT aggregate_id, head_id FROM aggregate_head
+	WHERE NOT parked AND due_at <= now()
+	ORDER BY due_at LIMIT $1::INT8
+) AS h
+LEFT JOIN journal AS j ON j.id = h.head_id
+WHERE j.id IS NULL OR j.status NOT IN ('RECEIVED', 'FAILED') OR j.next_attempt_at > now()`
+
+// RepairStaleHeads recomputes the stale rows among the first window due heads (see
+// staleHeadsSQL) and returns how many it found. The sweeper runs it now and then.
+func RepairStaleHeads(ctx context.Context, db TxDB, window int) (int, error) {
+	rows, err := db.Query(ctx, staleHeadsSQL, window)
+	if err != nil {
+		return 0, fmt.Errorf("finding stale aggregate heads: %w", err)
+	}
+	aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("finding stale aggregate heads: %w", err)
+	}
+	if len(aggs) == 0 {
+		return 0, nil
+	}
+	return len(aggs), inTx(ctx, db, func(tx pgx.Tx) error { return SyncHeads(ctx, tx, aggs) })
+}

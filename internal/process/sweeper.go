@@ -100,6 +100,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			s.e.m.Dead.Set(float64(dead))
 		}
 		_ = s.refreshParked(ctx)
+		s.repairHeads(ctx)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
@@ -225,4 +226,20 @@ func (s *Sweeper) refreshParked(ctx context.Context) error {
 	s.e.m.ParkedAggregates.Set(float64(aggs))
 	s.e.m.ParkedWaiting.Set(float64(waiting))
 	return nil
+}
+
+// repairHeads recomputes stale aggregate heads at the front of the due ones (see
+// journal.RepairStaleHeads): a safety net, logged when it finds any.
+func (s *Sweeper) repairHeads(ctx context.Context) {
+	pool, ok := s.e.db.(journal.TxDB)
+	if !ok {
+		return
+	}
+	n, err := journal.RepairStaleHeads(ctx, pool, 4*s.cfg.BatchSize)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.e.log.Warn("repairing aggregate heads failed", "error", err)
+	case n > 0:
+		s.e.log.Warn("repaired stale aggregate heads", "aggregates", n)
+	}
 }
