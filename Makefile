@@ -26,10 +26,12 @@ test: services browser
 	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # The CockroachDB-faithful profile: the database-facing tests again, with CockroachDB's
-# 16 MiB client-message limit in front of PostgreSQL (testenv.LimitProxy) and
-# SERIALIZABLE as the test databases' default isolation, CockroachDB's default.
+# 16 MiB client-message limit in front of PostgreSQL (testenv.LimitProxy); then the
+# processing and journal tests with SERIALIZABLE as the test databases' default
+# isolation, CockroachDB's default (testenv.Serializable).
 test-crdb-profile: services
-	INBOXD_TEST_MESSAGE_LIMIT=16777216 INBOXD_TEST_DEFAULT_ISOLATION=serializable CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
+	INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
+	INBOXD_TEST_DEFAULT_ISOLATION=serializable CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/process/... ./internal/journal/
 
 # Unit tests only: integration tests skip when services are unreachable (and CI is unset).
 test-short:
