@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
@@ -106,10 +109,21 @@ func value(c prometheus.Counter) float64 {
 func count(t testing.TB, db journal.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	for {
+		err := db.QueryRow(context.Background(), sql, args...).Scan(&n)
+		// Under SERIALIZABLE (the CockroachDB-faithful profile, testenv.Serializable)
+		// even a one-statement read can be chosen to abort (40001) by PostgreSQL's SSI
+		// or CockroachDB, and the client must retry it:
+		// https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return n
 	}
-	return n
 }
 
 // publish sends one persistent message and waits for the broker's receipt.

@@ -7,7 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cockroachdb/cockroach-go/v2/crdb"
+	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Aggregate heads (table aggregate_head, migration 0007).
@@ -341,7 +344,26 @@ type TxDB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// inTx runs fn in one transaction on db. On a pool (db has BeginTx) a serialization
+// conflict (40001, CockroachDB's default SERIALIZABLE; PostgreSQL's SERIALIZABLE too)
+// is retried as processing retries it, with ExecuteTx: operator actions must
+// not fail on a conflict the database asks the client to retry
+// (https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference). On
+// PostgreSQL a retry under the savepoint keeps the transaction's snapshot and a
+// conflict reported at COMMIT ends it, so up to operatorTxAttempts whole transactions
+// are tried. On a transaction (db has no BeginTx) fn runs under a savepoint, once: a
+// conflict is the outer transaction's to retry.
 func inTx(ctx context.Context, db TxDB, fn func(pgx.Tx) error) error {
+	if c, ok := db.(crdbpgx.Conn); ok {
+		var err error
+		for range operatorTxAttempts {
+			// Zero options: a SerializablePool (CockroachDB) fills in SERIALIZABLE.
+			if err = ExecuteTx(ctx, c, pgx.TxOptions{}, fn); !isSerializationFailure(err) {
+				return err
+			}
+		}
+		return err
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
@@ -354,6 +376,76 @@ func inTx(ctx context.Context, db TxDB, fn func(pgx.Tx) error) error {
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// ExecuteTx is crdbpgx.ExecuteTx with one difference: a failed COMMIT is reported.
+//
+// crdb.ExecuteInTx commits with RELEASE SAVEPOINT cockroach_restart and ignores the
+// error of the COMMIT that follows, which is right on CockroachDB (RELEASE of that
+// savepoint is the commit) but not on PostgreSQL, where RELEASE is an ordinary
+// savepoint release and COMMIT is the commit: a connection lost at that moment would be
+// reported as success, and the webhook would answer 2xx for an outcome never recorded.
+// Reporting it costs CockroachDB nothing worse than a redelivery, which is a no-op.
+func ExecuteTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	a := &commitCheckingTx{tx: tx}
+	if err := crdb.ExecuteInTx(ctx, a, func() error { return fn(tx) }); err != nil {
+		return err
+	}
+	if a.commitErr != nil {
+		return fmt.Errorf("committing: %w", a.commitErr)
+	}
+	return nil
+}
+
+type commitCheckingTx struct {
+	tx        pgx.Tx
+	commitErr error
+}
+
+func (t *commitCheckingTx) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := t.tx.Exec(ctx, sql, args...)
+	return err
+}
+
+func (t *commitCheckingTx) Commit(ctx context.Context) error {
+	t.commitErr = t.tx.Commit(ctx)
+	return t.commitErr
+}
+
+func (t *commitCheckingTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+// operatorTxAttempts bounds the whole-transaction retries of inTx.
+const operatorTxAttempts = 5
+
+// isSerializationFailure reports 40001 (CockroachDB's transaction retry error,
+// PostgreSQL's serialization_failure), also when crdb wrapped it.
+func isSerializationFailure(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && e.SQLState() == "40001"
+}
+
+// SerializablePool is a pool whose journal transactions (operator actions, head
+// repairs) begin with explicit SERIALIZABLE isolation, whatever the session's default:
+// on CockroachDB an operator's READ COMMITTED default would otherwise change the
+// guarantees (issue 19, item 3). The service wraps its pool in it on CockroachDB, as
+// process.Config.CockroachDB does for processing.
+type SerializablePool struct{ *pgxpool.Pool }
+
+// Begin begins a SERIALIZABLE transaction.
+func (p SerializablePool) Begin(ctx context.Context) (pgx.Tx, error) {
+	return p.BeginTx(ctx, pgx.TxOptions{})
+}
+
+// BeginTx begins a transaction with opts, SERIALIZABLE unless opts name an isolation.
+func (p SerializablePool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if opts.IsoLevel == "" {
+		opts.IsoLevel = pgx.Serializable
+	}
+	return p.Pool.BeginTx(ctx, opts)
 }
 
 // RunOnSkipper is skipped_by for a DEAD entry whose event type lets successors run on

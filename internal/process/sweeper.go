@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 )
@@ -234,6 +236,9 @@ func (s *Sweeper) repairHeads(ctx context.Context) {
 	pool, ok := s.e.db.(journal.TxDB)
 	if !ok {
 		return
+	}
+	if p, ok := pool.(*pgxpool.Pool); ok && s.e.cfg.CockroachDB {
+		pool = journal.SerializablePool{Pool: p} // explicit SERIALIZABLE, as txOptions
 	}
 	n, err := journal.RepairStaleHeads(ctx, pool, 4*s.cfg.BatchSize)
 	switch {

@@ -3,54 +3,17 @@ package process
 import (
 	"context"
 	"errors"
-	"fmt"
 
-	"github.com/cockroachdb/cockroach-go/v2/crdb"
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
-// executeTx is crdbpgx.ExecuteTx with one difference: a failed COMMIT is reported.
-//
-// crdb.ExecuteInTx commits with RELEASE SAVEPOINT cockroach_restart and ignores the
-// error of the COMMIT that follows, which is right on CockroachDB (RELEASE of that
-// savepoint is the commit) but not on PostgreSQL, where RELEASE is an ordinary
-// savepoint release and COMMIT is the commit: a connection lost at that moment would be
-// reported as success, and the webhook would answer 2xx for an outcome never recorded.
-// Reporting it costs CockroachDB nothing worse than a redelivery, which is a no-op.
+// executeTx is journal.ExecuteTx: crdbpgx.ExecuteTx with a failed COMMIT reported.
 func executeTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
-	}
-	a := &commitCheckingTx{tx: tx}
-	if err := crdb.ExecuteInTx(ctx, a, func() error { return fn(tx) }); err != nil {
-		return err
-	}
-	if a.commitErr != nil {
-		return fmt.Errorf("committing: %w", a.commitErr)
-	}
-	return nil
+	return journal.ExecuteTx(ctx, db, opts, fn)
 }
-
-type commitCheckingTx struct {
-	tx        pgx.Tx
-	commitErr error
-}
-
-func (t *commitCheckingTx) Exec(ctx context.Context, sql string, args ...any) error {
-	_, err := t.tx.Exec(ctx, sql, args...)
-	return err
-}
-
-func (t *commitCheckingTx) Commit(ctx context.Context) error {
-	t.commitErr = t.tx.Commit(ctx)
-	return t.commitErr
-}
-
-func (t *commitCheckingTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
 
 // isRetryable reports a transaction conflict the whole transaction must be retried on
 // (the codes crdb.ExecuteInTx retries). Such an error from a handler is not the

@@ -33,6 +33,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
@@ -346,8 +347,12 @@ func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, su
 	if cfg.HTTPAddr == "" {
 		return nil, nil
 	}
+	var apiPool api.Database = s.pool
+	if s.cockroach { // operator transactions begin SERIALIZABLE explicitly, as processing does
+		apiPool = journal.SerializablePool{Pool: s.pool}
+	}
 	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: s.pool, Publisher: publisher, Destination: cfg.Publish(), Extensions: s.routes,
+		Addr: cfg.HTTPAddr, Pool: apiPool, Publisher: publisher, Destination: cfg.Publish(), Extensions: s.routes,
 		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: s.log.With("component", "api"), Metrics: s.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return brokerReachable(ctx, stompCfg) }},
