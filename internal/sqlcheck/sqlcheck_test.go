@@ -36,9 +36,8 @@ var runtimeSites = map[string]func() []journal.Statement{
 	},
 	// The benchmark's scratch databases exist on PostgreSQL only (it measures against
 	// the local PostgreSQL); DROP DATABASE … WITH (FORCE) is PostgreSQL syntax.
-	"internal/bench/createDB":     nil,
-	"internal/bench/createDBFrom": nil,
-	"internal/bench/drop":         nil,
+	"internal/bench/newDB": nil,
+	"internal/bench/drop":  nil,
 }
 
 func builtPrefix(prefix string) func() []journal.Statement {
