@@ -66,7 +66,9 @@ type Feed struct {
 	// Poll is how often the journal is read. Default 20ms.
 	Poll time.Duration
 	// Duplicates is the probability that a row is emitted once more, later, in another
-	// batch; Replays that a batch answered 2xx is emitted again, whole, later.
+	// batch; Replays that a batch answered 2xx is emitted again, whole, later. With
+	// Replays > 0 the first batch answered 2xx is always replayed, so that a short run
+	// shows one whatever the timing (which decides how the seeded draws fall).
 	Duplicates, Replays float64
 	// Seed seeds the faults and the jitter.
 	Seed uint64
@@ -307,8 +309,9 @@ func (f *Feed) Run(ctx context.Context) error {
 			}
 			switch {
 			case res.err == nil:
-				f.count(func(s *FeedStats) { s.Batches++; s.Delivered += len(res.b.rows) })
-				if rng.Float64() < f.Replays {
+				first := false
+				f.count(func(s *FeedStats) { first = s.Batches == 0; s.Batches++; s.Delivered += len(res.b.rows) })
+				if f.Replays > 0 && (first || rng.Float64() < f.Replays) {
 					later = append(later, res.b.rows...)
 					f.count(func(s *FeedStats) { s.Replayed += len(res.b.rows) })
 				}
