@@ -533,15 +533,18 @@ func ParkedBehind(ctx context.Context, db DB, aggregate string, seq int64) (id s
 // whose row no longer matches the journal: the entry is gone, no longer pending, or not
 // due after all. Claims skip such rows but pick them first, so enough of them would crowd
 // out every due head; nothing inboxd does leaves one, but a journal written behind its
-// back (or a bug) could.
+// back (or a bug) could. Each head is looked up by primary key (LATERAL … LIMIT 1): as a
+// plain join, PostgreSQL hash-joined a sequential scan of the journal whenever the
+// window was large against it (TestHotPlansUseKeys).
 const staleHeadsSQL = `
 SELECT h.aggregate_id FROM (
 	SELECT aggregate_id, head_id FROM aggregate_head
 	WHERE NOT parked AND due_at <= now()
 	ORDER BY due_at LIMIT $1::INT8
 ) AS h
-LEFT JOIN journal AS j ON j.id = h.head_id
-WHERE j.id IS NULL OR j.status NOT IN ('RECEIVED', 'FAILED') OR j.next_attempt_at > now()`
+LEFT JOIN LATERAL (
+	SELECT j.status, j.next_attempt_at FROM journal AS j WHERE j.id = h.head_id LIMIT 1) AS j ON true
+WHERE j.status IS NULL OR j.status NOT IN ('RECEIVED', 'FAILED') OR j.next_attempt_at > now()`
 
 // RepairStaleHeads recomputes the stale rows among the first window due heads (see
 // staleHeadsSQL) and returns how many it found. The sweeper runs it now and then.

@@ -86,6 +86,7 @@ func TestHotPlansUseKeys(t *testing.T) {
 		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs}, want: []string{"journal_pkey"}},
 		{name: "settle: aggregates of", sql: aggregatesOfSQL, args: []any{heads}, want: []string{"journal_pkey"}},
 		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},
+		{name: "sweeper: stale heads", sql: staleHeadsSQL, args: []any{int64(2000)}, want: []string{"journal_pkey"}},
 		{name: "settle: delete idle heads", sql: deleteIdleHeadsSQL, args: []any{aggs}, want: byAggregate},
 	}
 	for _, tt := range tests {
