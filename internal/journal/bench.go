@@ -200,7 +200,7 @@ func SeedBlocked(ctx context.Context, db TxDB, heads, blocked int) error {
 	return nil
 }
 
-// CountPending counts RECEIVED and FAILED entries through journal_pending (literal
+// CountPending counts RECEIVED and FAILED entries through journal_aggregate_pending (literal
 // statuses: a generic plan of status = $1 could not use the partial index and would
 // read the whole journal).
 func CountPending(ctx context.Context, db DB) (int64, error) {

@@ -115,12 +115,12 @@ func TestPlansUseIndexes(t *testing.T) {
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	tests := []planCase{
-		{name: "stats: pending by type", sql: countPendingSQL, want: []string{"journal_pending"}},
+		{name: "stats: pending by type", sql: countPendingSQL, want: []string{"journal_aggregate_pending"}},
 		{name: "stats: attention by type", sql: countAttentionSQL, want: []string{"journal_attention"}},
-		{name: "stats: oldest pending", sql: pendingAgeSQL, want: []string{"journal_pending"}},
+		{name: "stats: oldest pending", sql: pendingAgeSQL, want: []string{"journal_aggregate_pending"}},
 		{name: "stats: event types", sql: eventTypesSQL, args: []any{MaxEventTypes}, want: []string{"journal_type_seq"}},
 		{name: "stats: small journal counted exactly", sql: countCappedSQL, args: []any{ExactCountLimit + 1}, bounded: true},
-		{name: "rates", sql: ratesSQL, args: []any{at, 10.0}, want: []string{"journal_pending", "journal_attention", "journal_terminal"}},
+		{name: "rates", sql: ratesSQL, args: []any{at, 10.0}, want: []string{"journal_aggregate_pending", "journal_attention", "journal_terminal"}},
 		{name: "requeue: next event type", sql: nextTypeSQL, args: []any{"a"}, want: []string{"journal_type_seq"}},
 	}
 	scoped := []struct {
@@ -131,7 +131,7 @@ func TestPlansUseIndexes(t *testing.T) {
 		want string
 	}{
 		{"retry, no filter", Filter{Statuses: RetryableStatuses}, Retry, requeueScope{status: StatusDead}, "journal_attention"},
-		{"retry, since", Filter{Statuses: RetryableStatuses, Since: at}, Retry, requeueScope{status: StatusFailed}, "journal_attention|journal_pending"},
+		{"retry, since", Filter{Statuses: RetryableStatuses, Since: at}, Retry, requeueScope{status: StatusFailed}, "journal_attention|journal_aggregate_pending"},
 		{"replay, since", Filter{Since: at}, Replay, requeueScope{eventType: "a"}, "journal_type_seq"},
 		{"replay, until", Filter{Until: at}, Replay, requeueScope{eventType: "b"}, "journal_type_seq"},
 		{"replay, no filter", Filter{}, Replay, requeueScope{eventType: "c"}, "journal_type_seq"},

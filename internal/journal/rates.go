@@ -19,7 +19,7 @@ type RateBucket struct {
 // work, not the journal's size (received_at and processed_at carry no index, which
 // would cost ingest on every insert): an entry settled in the window is found through
 // journal_terminal (updated_at, which is its processed_at, and never before its
-// received_at), one still pending through journal_pending, a DEAD one through
+// received_at), one still pending through journal_aggregate_pending, a DEAD one through
 // journal_attention.
 func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
 	if bucket <= 0 || window < bucket {

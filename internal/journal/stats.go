@@ -24,7 +24,7 @@ type Stats struct {
 }
 
 // ExactCountLimit is the journal size up to which ReadStats counts every entry. Above it,
-// only the statuses that partial indexes hold (RECEIVED and FAILED in journal_pending;
+// only the statuses that partial indexes hold (RECEIVED and FAILED in journal_aggregate_pending;
 // FAILED, DEAD and REJECTED in journal_attention) are counted, and the PROCESSED entries,
 // which are most of a large journal, are estimated: counting them would read the whole
 // journal, about 600 M entries at 1,000 msg/s kept 7 days.
@@ -82,7 +82,7 @@ func ReadStats(ctx context.Context, db DB) (Stats, error) {
 	return s, nil
 }
 
-// pendingAgeSQL reads the oldest pending entry through journal_pending, and the quarantine.
+// pendingAgeSQL reads the oldest pending entry through journal_aggregate_pending, and the quarantine.
 const pendingAgeSQL = `SELECT now(),
 		(SELECT min(received_at) FROM journal WHERE status IN ('RECEIVED', 'FAILED')),
 		(SELECT count(*) FROM quarantine),
@@ -119,7 +119,7 @@ func countCapped(ctx context.Context, db DB, add func(typ, status string, n int6
 // parameters, so that the planner can prove the index's predicate (a generic plan with
 // status = ANY ($1) could not, and would read the whole journal).
 const (
-	// journal_pending: RECEIVED and FAILED.
+	// journal_aggregate_pending: RECEIVED and FAILED.
 	countPendingSQL = `SELECT event_type, status, count(*) FROM journal
 		WHERE status IN ('RECEIVED', 'FAILED') GROUP BY event_type, status`
 	// journal_attention: FAILED (counted above), DEAD and REJECTED.

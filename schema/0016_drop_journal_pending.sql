@@ -1,0 +1,11 @@
+-- journal_pending (0001) had the same predicate as journal_aggregate_pending, so where
+-- the statistics said almost nothing was pending (any large journal of settled
+-- entries, during a burst) PostgreSQL chose a whole scan of the "small" journal_pending
+-- over journal_aggregate_pending's lookup by aggregate: every claim's head check read
+-- every pending entry (issue 20: e2e-max 11-17x slower at 2 M settled entries). Claims
+-- go through aggregate_head since 0007, and the reads that counted pending entries
+-- (stats, rates) walk journal_aggregate_pending, which holds the same rows. One index
+-- fewer to keep on every insert and settle, too.
+-- CockroachDB resolves an index name without its table when the name is unique
+-- (https://www.cockroachlabs.com/docs/stable/drop-index).
+DROP INDEX IF EXISTS journal_pending;
