@@ -21,17 +21,20 @@ services-down:
 browser:
 	scripts/services.sh browser
 
-# The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL.
+# The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL;
+# then the CockroachDB-faithful profile (CI runs both).
 test: services browser
 	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) test-crdb-profile
 
-# The CockroachDB-faithful profile: the database-facing tests again, with CockroachDB's
-# 16 MiB client-message limit in front of PostgreSQL (testenv.LimitProxy); then the
-# processing and journal tests with SERIALIZABLE as the test databases' default
-# isolation, CockroachDB's default (testenv.Serializable).
+# The CockroachDB-faithful profile: the processing, journal, ingest and webhook tests
+# again as on CockroachDB, with SERIALIZABLE as the test databases' default isolation
+# (testenv.Serializable) and its 16 MiB client-message limit in front of PostgreSQL
+# (testenv.LimitProxy), both at once.
+CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
 test-crdb-profile: services
-	INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
-	INBOXD_TEST_DEFAULT_ISOLATION=serializable CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m ./internal/process/... ./internal/journal/
+	INBOXD_TEST_DEFAULT_ISOLATION=serializable INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} \
+		$(GO) test -race -count=1 -timeout 20m $(CRDB_PROFILE_PKGS)
 
 # Unit tests only: integration tests skip when services are unreachable (and CI is unset).
 test-short:
