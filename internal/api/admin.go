@@ -120,6 +120,23 @@ func operatorName(by, what string) (string, error) {
 	return by, nil
 }
 
+// entryRequest reads the {id} of an admin action on one row and decodes its JSON body
+// into req; optional: an empty body leaves req as it is.
+func entryRequest(c echo.Context, req any, optional bool) (string, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return "", err
+	}
+	body, err := ReadBody(c)
+	if err != nil {
+		return "", err
+	}
+	if optional && len(bytes.TrimSpace(body)) == 0 {
+		return id, nil
+	}
+	return id, decodeStrict(body, req)
+}
+
 // decodeStrict decodes one JSON object into v: unknown fields and trailing data are
 // a 400.
 func decodeStrict(body []byte, v any) error {
@@ -140,16 +157,9 @@ func decodeStrict(body []byte, v any) error {
 // changes nothing (200, skipped false); an entry that is not DEAD is 409 (retry it, or
 // wait for it).
 func (s *Server) adminSkipOne(c echo.Context) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	body, err := ReadBody(c)
-	if err != nil {
-		return err
-	}
 	var req skipRequest
-	if err := decodeStrict(body, &req); err != nil {
+	id, err := entryRequest(c, &req, false)
+	if err != nil {
 		return err
 	}
 	if req.By, err = operatorName(req.By, "invalid skip"); err != nil {
@@ -334,19 +344,10 @@ const HeaderReinjectedFrom = "inboxd-reinjected-from"
 // or the one given, then marks the row reinjected. A second call on a reinjected row is
 // a 200 no-op ("already_reinjected") unless "force": true.
 func (s *Server) adminReinject(c echo.Context) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	body, err := ReadBody(c)
-	if err != nil {
-		return err
-	}
 	var req reinjectRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeStrict(body, &req); err != nil {
-			return err
-		}
+	id, err := entryRequest(c, &req, true)
+	if err != nil {
+		return err
 	}
 	if req.Destination != "" {
 		// Emit's rule: a composite destination (commas) or a wildcard would copy the

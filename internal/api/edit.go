@@ -36,16 +36,9 @@ type editResponse struct {
 // the entry's id, type and aggregate (journal.CheckEdit); it is at most the ingest's
 // body limit.
 func (s *Server) adminEditAndRetry(c echo.Context) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	body, err := ReadBody(c)
-	if err != nil {
-		return err
-	}
 	var req editRequest
-	if err := decodeStrict(body, &req); err != nil {
+	id, err := entryRequest(c, &req, false)
+	if err != nil {
 		return err
 	}
 	if req.By, err = operatorName(req.By, "invalid edit"); err != nil {
