@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"testing"
@@ -11,8 +10,6 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
@@ -109,21 +106,12 @@ func value(c prometheus.Counter) float64 {
 func count(t testing.TB, db journal.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	for {
-		err := db.QueryRow(context.Background(), sql, args...).Scan(&n)
-		// Under SERIALIZABLE (the CockroachDB-faithful profile, testenv.Serializable)
-		// even a one-statement read can be chosen to abort (40001) by PostgreSQL's SSI
-		// or CockroachDB, and the client must retry it:
-		// https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
+	if err := testenv.ReadRetrying(func() error {
+		return db.QueryRow(context.Background(), sql, args...).Scan(&n)
+	}); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
+	return n
 }
 
 // publish sends one persistent message and waits for the broker's receipt.

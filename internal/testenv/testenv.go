@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/schema"
@@ -68,6 +70,23 @@ type DBOptions struct {
 	// SERIALIZABLE is CockroachDB's default, so the CockroachDB-faithful profile runs the
 	// processing tests with INBOXD_TEST_DEFAULT_ISOLATION=serializable (make test-crdb-profile).
 	Isolation string
+}
+
+// ReadRetrying runs read, a test's own read of the database, again while it fails with
+// SQLSTATE 40001, a few dozen times at most. Under SERIALIZABLE (the CockroachDB-faithful
+// profile, Serializable) even a one-statement read can be chosen to abort by
+// PostgreSQL's SSI or by CockroachDB, and the client must retry it:
+// https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference
+func ReadRetrying(read func() error) error {
+	var err error
+	for range 50 {
+		err = read()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+			return err
+		}
+	}
+	return err
 }
 
 // Serializable reports whether the test databases default to SERIALIZABLE

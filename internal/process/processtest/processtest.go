@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // EffectType is the event type the Effects handler is registered for.
@@ -162,41 +163,16 @@ type Report struct {
 // sequence_no order.
 func Check(t testing.TB, db journal.DB) Report {
 	t.Helper()
-	ctx := context.Background()
-	r := Report{ByStatus: map[string]int{}}
-	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
-	if err != nil {
-		t.Fatalf("counting statuses: %v", err)
-	}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		r.ByStatus[s] = n
-		r.Events += n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id) FROM test_effects`).Scan(&r.Effects, &r.Distinct); err != nil {
-		t.Fatalf("counting effects: %v", err)
-	}
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT event_id FROM test_effects GROUP BY event_id HAVING count(*) > 1) AS d`).Scan(&r.Duplicate); err != nil {
+	var r Report
+	var missing, orphan, disorder int
+	if err := testenv.ReadRetrying(func() (err error) {
+		r, missing, orphan, disorder, err = check(db)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if r.Duplicate > 0 {
 		t.Errorf("%d events have more than one effect", r.Duplicate)
-	}
-	var missing, orphan int
-	if err := db.QueryRow(ctx, `
-		SELECT
-		  (SELECT count(*) FROM journal j WHERE j.status = 'PROCESSED' AND j.event_type = $1
-		     AND NOT EXISTS (SELECT 1 FROM test_effects e WHERE e.event_id = j.id)),
-		  (SELECT count(*) FROM test_effects e JOIN journal j ON j.id = e.event_id WHERE j.status <> 'PROCESSED')`,
-		EffectType).Scan(&missing, &orphan); err != nil {
-		t.Fatal(err)
 	}
 	if missing > 0 {
 		t.Errorf("%d PROCESSED events have no effect", missing)
@@ -204,26 +180,64 @@ func Check(t testing.TB, db journal.DB) Report {
 	if orphan > 0 {
 		t.Errorf("%d effects belong to events that are not PROCESSED", orphan)
 	}
-	var disorder int
-	if err := db.QueryRow(ctx, `
-		SELECT count(*) FROM (
-			SELECT sequence_no < lag(sequence_no) OVER (PARTITION BY aggregate_id ORDER BY n) AS back
-			FROM test_effects) AS o
-		WHERE back`).Scan(&disorder); err != nil {
-		t.Fatal(err)
-	}
 	if disorder > 0 {
 		t.Errorf("%d effects were applied before an earlier event of their aggregate", disorder)
 	}
 	return r
 }
 
+// check reads what Check asserts.
+func check(db journal.DB) (r Report, missing, orphan, disorder int, err error) {
+	ctx := context.Background()
+	r = Report{ByStatus: map[string]int{}}
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
+	if err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting statuses: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return r, 0, 0, 0, fmt.Errorf("counting statuses: %w", err)
+		}
+		r.ByStatus[s] = n
+		r.Events += n
+	}
+	if err := rows.Err(); err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting statuses: %w", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id) FROM test_effects`).Scan(&r.Effects, &r.Distinct); err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting effects: %w", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT event_id FROM test_effects GROUP BY event_id HAVING count(*) > 1) AS d`).Scan(&r.Duplicate); err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting duplicate effects: %w", err)
+	}
+	if err := db.QueryRow(ctx, `
+		SELECT
+		  (SELECT count(*) FROM journal j WHERE j.status = 'PROCESSED' AND j.event_type = $1
+		     AND NOT EXISTS (SELECT 1 FROM test_effects e WHERE e.event_id = j.id)),
+		  (SELECT count(*) FROM test_effects e JOIN journal j ON j.id = e.event_id WHERE j.status <> 'PROCESSED')`,
+		EffectType).Scan(&missing, &orphan); err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting missing and orphan effects: %w", err)
+	}
+	if err := db.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT sequence_no < lag(sequence_no) OVER (PARTITION BY aggregate_id ORDER BY n) AS back
+			FROM test_effects) AS o
+		WHERE back`).Scan(&disorder); err != nil {
+		return r, 0, 0, 0, fmt.Errorf("counting effects out of order: %w", err)
+	}
+	return r, missing, orphan, disorder, nil
+}
+
 // Status returns an entry's status and attempts.
 func Status(t testing.TB, db journal.DB, id string) (status string, attempts int, lastError string) {
 	t.Helper()
 	var le *string
-	if err := db.QueryRow(context.Background(), `SELECT status, attempts, last_error FROM journal WHERE id = $1`, id).
-		Scan(&status, &attempts, &le); err != nil {
+	if err := testenv.ReadRetrying(func() error {
+		return db.QueryRow(context.Background(), `SELECT status, attempts, last_error FROM journal WHERE id = $1`, id).
+			Scan(&status, &attempts, &le)
+	}); err != nil {
 		t.Fatalf("reading status of %s: %v", id, err)
 	}
 	if le != nil {
@@ -235,7 +249,11 @@ func Status(t testing.TB, db journal.DB, id string) (status string, attempts int
 // CountStatus returns the number of entries in a status.
 func CountStatus(t testing.TB, db journal.DB, status string) int {
 	t.Helper()
-	n, err := journal.CountByStatus(context.Background(), db, status)
+	var n int64
+	err := testenv.ReadRetrying(func() (err error) {
+		n, err = journal.CountByStatus(context.Background(), db, status)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
