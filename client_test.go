@@ -303,18 +303,7 @@ func TestMainServesThroughClient(t *testing.T) {
 	args := []string{"serve", "-demo", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),
 		"-destination", testenv.Queue(t), "-http-addr", addr, "-webhook-addr", "", "-cert-dir", t.TempDir(),
 		"-sweep-interval", "50ms", "-log-level", "warn"}
-	var stderr testenv.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Main(args, io.Discard, &stderr, cli.Options{Handlers: process.NewRegistry(), Serve: serve})
-	}()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
-			<-done
-		}
-	})
+	stop := startMain(t, args, process.NewRegistry())
 	base := "http://" + addr
 	testenv.Eventually(t, 60*time.Second, "the API", func() bool {
 		r, err := http.Get(base + "/registration/form")
@@ -333,16 +322,37 @@ func TestMainServesThroughClient(t *testing.T) {
 		_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM customers WHERE email = 'user@email.com'`).Scan(&n)
 		return n == 1
 	})
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-done:
-		stopped = true
-		if code != 0 {
-			t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, stderr.String())
+	stop()
+}
+
+// startMain runs the command line (cli.Main with args and the handlers of reg) in the
+// background. stop sends SIGTERM and expects exit code 0 within 60s; a test that ends
+// without calling it stops the command the same way, unchecked.
+func startMain(t *testing.T, args []string, reg *process.Registry) (stop func()) {
+	t.Helper()
+	var stderr testenv.Buffer
+	done := make(chan int, 1)
+	go func() { done <- cli.Main(args, io.Discard, &stderr, cli.Options{Handlers: reg, Serve: serve}) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-done
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve did not stop within 60s of SIGTERM; stderr:\n%s", stderr.String())
+	})
+	return func() {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case code := <-done:
+			stopped = true
+			if code != 0 {
+				t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", code, stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("serve did not stop within 60s of SIGTERM; stderr:\n%s", stderr.String())
+		}
 	}
 }

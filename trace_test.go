@@ -8,10 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/inboxd/inboxd/internal/cli"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -216,27 +213,7 @@ func TestServeExportsOneTrace(t *testing.T) {
 	reg.Register("order.traced", emitTo(out))
 	args := []string{"serve", "-database-url", db.URL, "-stomp-addr", broker, "-destination", in,
 		"-http-addr", "", "-webhook-addr", "", "-cert-dir", t.TempDir(), "-log-level", "warn"}
-	var stderr testenv.Buffer
-	done := make(chan int, 1)
-	go func() { done <- cli.Main(args, io.Discard, &stderr, cli.Options{Handlers: reg, Serve: serve}) }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
-			<-done
-		}
-	})
+	stop := startMain(t, args, reg)
 	traceRoundTrip(t, broker, in, out, recv, "inboxd-under-test", nil)
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-done:
-		stopped = true
-		if code != 0 {
-			t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve did not stop within 60s of SIGTERM; stderr:\n%s", stderr.String())
-	}
+	stop()
 }
