@@ -54,6 +54,27 @@ func createDB(ctx context.Context, adminURL, row string) (*freshDB, error) {
 	return d, nil
 }
 
+// scratchDB creates and migrates a database for one measurement of row, with a pool of
+// one connection for the parent's own reads; done closes the pool and drops the
+// database.
+func (r *runner) scratchDB(ctx context.Context, row string) (*freshDB, *pgxpool.Pool, func(), error) {
+	db, err := createDB(ctx, r.o.AdminURL, row)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	drop := func() {
+		if err := db.drop(ctx); err != nil {
+			r.logf("%v", err)
+		}
+	}
+	pool, err := openPool(ctx, db.URL, 1)
+	if err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	return db, pool, func() { pool.Close(); drop() }, nil
+}
+
 // createDBFrom creates a database named inboxd_bench_<row>_<random> as a copy of
 // template (already migrated), which must have no open connection.
 func createDBFrom(ctx context.Context, adminURL, row, template string) (*freshDB, error) {

@@ -54,20 +54,11 @@ func (r *runner) backlogRow(ctx context.Context, k Knobs, rep, level int) (Measu
 		Knobs: k, N: fresh, Rep: rep}
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
-	db, err := createDB(ctx, r.o.AdminURL, rowBacklog)
+	db, pool, done, err := r.scratchDB(ctx, rowBacklog)
 	if err != nil {
 		return m, err
 	}
-	defer func() {
-		if err := db.drop(ctx); err != nil {
-			r.logf("%v", err)
-		}
-	}()
-	pool, err := openPool(ctx, db.URL, 1)
-	if err != nil {
-		return m, err
-	}
-	defer pool.Close()
+	defer done()
 	t := time.Now()
 	if err := journal.SeedBlocked(ctx, pool, r.o.BacklogHeads, level); err != nil {
 		return m, err

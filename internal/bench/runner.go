@@ -287,20 +287,11 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
-	db, err := createDB(ctx, r.o.AdminURL, row)
+	db, pool, done, err := r.scratchDB(ctx, row)
 	if err != nil {
 		return m, err
 	}
-	defer func() {
-		if err := db.drop(ctx); err != nil {
-			r.logf("%v", err)
-		}
-	}()
-	pool, err := openPool(ctx, db.URL, 1)
-	if err != nil {
-		return m, err
-	}
-	defer pool.Close()
+	defer done()
 	a := rowArgs{Row: row, Queue: queue, DBURL: db.URL, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(row, k, total, rep)}
 	m.Profile = a.CPUProfile
 
