@@ -31,7 +31,7 @@ test: services browser
 # again as on CockroachDB, with SERIALIZABLE as the test databases' default isolation
 # (testenv.Serializable) and its 16 MiB client-message limit in front of PostgreSQL
 # (testenv.LimitProxy), both at once.
-CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./webhook/...
+CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./internal/webhook/...
 test-crdb-profile: services
 	INBOXD_TEST_DEFAULT_ISOLATION=serializable INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} \
 		$(GO) test -race -count=1 -timeout 20m $(CRDB_PROFILE_PKGS)

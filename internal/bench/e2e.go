@@ -23,8 +23,8 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // runE2E is row 4: ingest plus processing, until stop closes. On the sweeper path the

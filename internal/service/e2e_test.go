@@ -24,8 +24,8 @@ import (
 	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // workload is what the end-to-end tests publish: registrations, each sent 1 to 3

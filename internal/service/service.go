@@ -41,7 +41,7 @@ import (
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/schema"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // WebhookPath is where the changefeed posts (the path of INBOXD_WEBHOOK_URL).

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 const id1 = "d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"

@@ -12,8 +12,8 @@ import (
 
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // recorder is a webhook that checks what the emulated sink sends, and misbehaves on

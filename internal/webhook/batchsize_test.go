@@ -12,7 +12,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // worstRow is a journal row as the changefeed sends it for a message of exactly

@@ -13,7 +13,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // blockingProcessor holds every ProcessBatch call until released or its context ends.

@@ -21,8 +21,8 @@ import (
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // instance is one inboxd: its own pool, engine, HTTPS webhook and (optionally) sweeper.

@@ -19,8 +19,8 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 const token = "Bearer s3cret"

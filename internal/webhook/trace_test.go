@@ -17,8 +17,8 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/tracing"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // On the webhook path (the changefeed as the only push, no sweeper), an event's

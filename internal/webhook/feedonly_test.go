@@ -13,8 +13,8 @@ import (
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // Issue 19, item 8(c): the processing path with the changefeed as the only push, as on

@@ -17,8 +17,8 @@ import (
 
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 func post(t *testing.T, client *http.Client, url string, body []byte) (int, string) {

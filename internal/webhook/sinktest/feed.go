@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/journal"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // Feed emulates a CockroachDB changefeed on the journal, of the form "inboxd changefeed

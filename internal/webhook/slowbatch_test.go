@@ -16,8 +16,8 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
-	"github.com/inboxd/inboxd/webhook"
-	"github.com/inboxd/inboxd/webhook/sinktest"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
 
 // slowHandler takes delay per event and counts its runs, by event and in all.

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/journal"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // Clock hands out strictly increasing HLC timestamps near the wall clock.

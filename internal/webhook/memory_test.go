@@ -16,7 +16,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
-	"github.com/inboxd/inboxd/webhook"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // heapProcessor counts the items it is given and, when measure is set, records the
