@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
@@ -128,9 +129,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IPExtractor == nil {
 		cfg.IPExtractor = echo.ExtractIPDirect()
 	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = 10 * time.Second
-	}
+	cfg.PublishTimeout = defaults.Or(cfg.PublishTimeout, defaults.PublishTimeout)
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Second
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -143,7 +144,7 @@ func runIngestPruning(ctx context.Context, a rowArgs, log *slog.Logger) (rowResu
 	}
 	during := pruned.Load()
 	for {
-		n, err := journal.PruneJournal(ctx, pool, 24*time.Hour, retention.DefaultBatch)
+		n, err := journal.PruneJournal(ctx, pool, 24*time.Hour, defaults.RetentionBatch)
 		if err != nil {
 			return res, err
 		}

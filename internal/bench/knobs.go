@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/process"
-	"github.com/inboxd/inboxd/internal/retention"
 )
 
 // Knobs are the tuning settings a row runs with. The parent passes them to the child
@@ -96,7 +96,7 @@ func (k Knobs) untracedLabel(row string) string {
 	case rowNaive:
 		return fmt.Sprintf("1 tx/msg client-individual prefetch=%d", k.Prefetch)
 	case rowIngestPrune:
-		return fmt.Sprintf("as ingest, pruning a backlog of N expired rows (%d per DELETE)", retention.DefaultBatch)
+		return fmt.Sprintf("as ingest, pruning a backlog of N expired rows (%d per DELETE)", defaults.RetentionBatch)
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowE2ESweeper:

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/process"
-	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
@@ -168,7 +167,7 @@ func settings(c *Config) []setting {
 	return []setting{
 		{"database-url", "INBOXD_DATABASE_URL", "PostgreSQL or CockroachDB connection URL", "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable", str(&c.DatabaseURL)},
 		{"database-password-file", "INBOXD_DATABASE_PASSWORD_FILE", "file holding the database password, used instead of one in the URL (not world-readable)", "", str(&c.DatabasePasswordFile)},
-		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", "127.0.0.1:61613", str(&c.StompAddr)},
+		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", defaults.StompAddr, str(&c.StompAddr)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
 		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)", "", str(&c.StompPasscode)},
 		{"stomp-passcode-file", "INBOXD_STOMP_PASSCODE_FILE", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)", "", str(&c.StompPasscodeFile)},
@@ -178,56 +177,68 @@ func settings(c *Config) []setting {
 		{"stomp-cert-file", "INBOXD_STOMP_CERT_FILE", "client certificate (PEM) for mutual TLS", "", str(&c.StompCertFile)},
 		{"stomp-key-file", "INBOXD_STOMP_KEY_FILE", "client key (PEM) for mutual TLS; not world-readable", "", str(&c.StompKeyFile)},
 		{"stomp-tls-insecure-skip-verify", "INBOXD_STOMP_TLS_INSECURE_SKIP_VERIFY", "INSECURE: accept any broker certificate (anyone on the path can read and change messages)", "false", boolean(&c.StompTLSInsecureSkip)},
-		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set", "/queue/registrations", list(&c.Destinations)},
+		{"destination", "INBOXD_DESTINATION", "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set", defaults.Destination, list(&c.Destinations)},
 		{"publish-destination", "INBOXD_PUBLISH_DESTINATION", "where POST /registration publishes, e.g. /topic/VirtualTopic.registrations (empty: the first destination)", "", str(&c.PublishDestination)},
-		{"client-id", "INBOXD_CLIENT_ID", "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application", "inboxd", str(&c.ClientID)},
-		{"subscription-name", "INBOXD_SUBSCRIPTION_NAME", "durable topic subscriptions: activemq.subscriptionName. Keep it stable", "inboxd", str(&c.SubscriptionName)},
+		{"client-id", "INBOXD_CLIENT_ID", "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application", defaults.ClientID, str(&c.ClientID)},
+		{"subscription-name", "INBOXD_SUBSCRIPTION_NAME", "durable topic subscriptions: activemq.subscriptionName. Keep it stable", defaults.SubscriptionName, str(&c.SubscriptionName)},
 		{"non-durable-topics", "INBOXD_NON_DURABLE_TOPICS", "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected", "false", boolean(&c.NonDurableTopics)},
-		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", ":8090", str(&c.HTTPAddr)},
+		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", defaults.HTTPAddr, str(&c.HTTPAddr)},
 		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)", "", str(&c.AdminToken)},
 		{"admin-token-file", "INBOXD_ADMIN_TOKEN_FILE", "file holding the admin token (not world-readable)", "", str(&c.AdminTokenFile)},
 		{"read-token", "INBOXD_READ_TOKEN", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)", "", str(&c.ReadToken)},
-		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", ":8443", str(&c.WebhookAddr)},
+		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", defaults.WebhookAddr, str(&c.WebhookAddr)},
 		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses", "", str(&c.WebhookToken)},
 		{"webhook-token-file", "INBOXD_WEBHOOK_TOKEN_FILE", "file holding the webhook token (not world-readable)", "", str(&c.WebhookTokenFile)},
-		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", "webhook-https://localhost:8443/changefeed", str(&c.WebhookURL)},
-		{"cert-dir", "INBOXD_CERT_DIR", "directory for the generated webhook CA and certificate", "var/certs", str(&c.CertDir)},
+		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", defaults.WebhookURL, str(&c.WebhookURL)},
+		{"cert-dir", "INBOXD_CERT_DIR", "directory for the generated webhook CA and certificate", defaults.CertDir, str(&c.CertDir)},
 		{"cert-file", "INBOXD_CERT_FILE", "webhook TLS certificate file (PEM); generated when empty", "", str(&c.CertFile)},
 		{"key-file", "INBOXD_KEY_FILE", "webhook TLS key file (PEM)", "", str(&c.KeyFile)},
-		{"cert-hosts", "INBOXD_CERT_HOSTS", "host names and IPs of the generated certificate, comma-separated", "localhost,127.0.0.1,inboxd", list(&c.CertHosts)},
-		{"batch-size", "INBOXD_BATCH_SIZE", "messages per ingest transaction, at most", "500", num(&c.BatchSize)},
-		{"batch-linger", "INBOXD_BATCH_LINGER", "how long a partial ingest batch waits for more messages", "5ms", dur(&c.BatchLinger)},
-		{"commits-in-flight", "INBOXD_COMMITS_IN_FLIGHT", "ingest batches of one destination written at once (acks stay in order)", "2", num(&c.CommitsInFlight)},
-		{"prefetch", "INBOXD_PREFETCH", "broker prefetch per subscription (activemq.prefetchSize); must exceed batch-size", "2000", num(&c.Prefetch)},
-		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", "client", str(&c.AckMode)},
-		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", "262144", num(&c.MaxBodyBytes)},
-		{"max-statement-bytes", "INBOXD_MAX_STATEMENT_BYTES", "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one", strconv.Itoa(sqlbound.DefaultMaxStatementBytes), num(&c.MaxStatementBytes)},
-		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", "67108864", num(&c.MaxInflightBytes)},
+		{"cert-hosts", "INBOXD_CERT_HOSTS", "host names and IPs of the generated certificate, comma-separated", defaults.CertHosts, list(&c.CertHosts)},
+		{"batch-size", "INBOXD_BATCH_SIZE", "messages per ingest transaction, at most", strconv.Itoa(defaults.BatchSize), num(&c.BatchSize)},
+		{"batch-linger", "INBOXD_BATCH_LINGER", "how long a partial ingest batch waits for more messages", short(defaults.BatchLinger), dur(&c.BatchLinger)},
+		{"commits-in-flight", "INBOXD_COMMITS_IN_FLIGHT", "ingest batches of one destination written at once (acks stay in order)", strconv.Itoa(defaults.CommitsInFlight), num(&c.CommitsInFlight)},
+		{"prefetch", "INBOXD_PREFETCH", "broker prefetch per subscription (activemq.prefetchSize); must exceed batch-size", strconv.Itoa(defaults.Prefetch), num(&c.Prefetch)},
+		{"ack-mode", "INBOXD_ACK_MODE", "client (one cumulative ack per batch) or client-individual", defaults.AckMode, str(&c.AckMode)},
+		{"max-body-bytes", "INBOXD_MAX_BODY_BYTES", "larger message bodies are quarantined", strconv.Itoa(defaults.MaxBodyBytes), num(&c.MaxBodyBytes)},
+		{"max-statement-bytes", "INBOXD_MAX_STATEMENT_BYTES", "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one", strconv.Itoa(defaults.MaxStatementBytes), num(&c.MaxStatementBytes)},
+		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", strconv.Itoa(defaults.MaxInflightBytes), num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
-		{"id-source", "INBOXD_ID_SOURCE", "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id", "payload:id", str(&c.IDSource)},
+		{"id-source", "INBOXD_ID_SOURCE", "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id", defaults.IDSource, str(&c.IDSource)},
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
-		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(process.DefaultConcurrency()), num(&c.Concurrency)},
+		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(defaults.Concurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
-		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(process.DefaultImmediateRetries), num(&c.ImmediateRetries)},
-		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "recorded handler attempts before an event is DEAD", strconv.Itoa(process.DefaultMaxAttempts), num(&c.MaxAttempts)},
-		{"retry-base-delay", "INBOXD_RETRY_BASE_DELAY", "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%", process.DefaultBaseBackoff.String(), dur(&c.RetryBaseDelay)},
-		{"retry-max-delay", "INBOXD_RETRY_MAX_DELAY", "longest delay between two attempts", process.DefaultMaxBackoff.String(), dur(&c.RetryMaxDelay)},
-		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", "100", num(&c.ProcessBatchSize)},
-		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", "30s", dur(&c.HandlerTimeout)},
-		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", "5m", dur(&c.WebhookProcessTimeout)},
-		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", "200ms", dur(&c.SweepInterval)},
-		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", "0s", dur(&c.SweepGrace)},
-		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", "168h", dur(&c.Retention)},
-		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", "720h", dur(&c.QuarantineRetention)},
-		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", "1s", dur(&c.OutboxPollInterval)},
-		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", "100", num(&c.OutboxBatchSize)},
-		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", "30s", dur(&c.OutboxLease)},
-		{"outbox-retention", "INBOXD_OUTBOX_RETENTION", "how long sent outbox messages are kept before deletion", "24h", dur(&c.OutboxRetention)},
-		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", "30s", dur(&c.ShutdownTimeout)},
-		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", "60s", dur(&c.StallAfter)},
+		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.ImmediateRetries)},
+		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "recorded handler attempts before an event is DEAD", strconv.Itoa(defaults.MaxAttempts), num(&c.MaxAttempts)},
+		{"retry-base-delay", "INBOXD_RETRY_BASE_DELAY", "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%", short(defaults.RetryBaseDelay), dur(&c.RetryBaseDelay)},
+		{"retry-max-delay", "INBOXD_RETRY_MAX_DELAY", "longest delay between two attempts", short(defaults.RetryMaxDelay), dur(&c.RetryMaxDelay)},
+		{"process-batch-size", "INBOXD_PROCESS_BATCH_SIZE", "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)", strconv.Itoa(defaults.ProcessBatchSize), num(&c.ProcessBatchSize)},
+		{"handler-timeout", "INBOXD_HANDLER_TIMEOUT", "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout", short(defaults.HandlerTimeout), dur(&c.HandlerTimeout)},
+		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", short(defaults.WebhookProcessTimeout), dur(&c.WebhookProcessTimeout)},
+		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", short(defaults.SweepInterval), dur(&c.SweepInterval)},
+		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", short(time.Duration(defaults.SweepGrace)), dur(&c.SweepGrace)},
+		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", short(defaults.Retention), dur(&c.Retention)},
+		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", short(defaults.QuarantineRetention), dur(&c.QuarantineRetention)},
+		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", short(defaults.OutboxPollInterval), dur(&c.OutboxPollInterval)},
+		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", strconv.Itoa(defaults.OutboxBatchSize), num(&c.OutboxBatchSize)},
+		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", short(defaults.OutboxLease), dur(&c.OutboxLease)},
+		{"outbox-retention", "INBOXD_OUTBOX_RETENTION", "how long sent outbox messages are kept before deletion", short(defaults.OutboxRetention), dur(&c.OutboxRetention)},
+		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", short(defaults.ShutdownTimeout), dur(&c.ShutdownTimeout)},
+		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", short(defaults.StallAfter), dur(&c.StallAfter)},
 		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
 		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", "info", str(&c.LogLevel)},
 	}
+}
+
+// short writes a default duration as an operator would: "168h", not "168h0m0s".
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s") // "5m0s" → "5m"
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m") // "168h0m" → "168h"
+	}
+	return s
 }
 
 // Register defines the flags on fs and returns the Config they fill. Defaults come from

@@ -10,10 +10,10 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
-	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
@@ -31,7 +31,7 @@ const (
 
 func (m AckMode) stomp() (stomp.AckMode, error) {
 	switch m {
-	case AckIndividual, "":
+	case AckIndividual:
 		return stomp.AckClientIndividual, nil
 	case AckCumulative:
 		return stomp.AckClient, nil
@@ -39,15 +39,8 @@ func (m AckMode) stomp() (stomp.AckMode, error) {
 	return 0, fmt.Errorf("unknown ack mode %q (want %q or %q)", string(m), AckIndividual, AckCumulative)
 }
 
-// Defaults for Config's zero values.
+// Config's zero values take the product's defaults (package defaults).
 const (
-	DefaultBatchSize     = 256
-	DefaultLinger        = 5 * time.Millisecond
-	DefaultInFlight      = 2
-	DefaultCommitTimeout = 30 * time.Second
-	// DefaultMaxInflightBytes bounds the message bytes one destination holds between
-	// receiving and acking: 2000 prefetched messages of 256 KiB would be 500 MiB.
-	DefaultMaxInflightBytes = 64 << 20
 	// reducedPrefetchFor is how long a subscription with a prefetch reduced for large
 	// messages runs before it is renewed at the configured prefetch.
 	reducedPrefetchFor = time.Minute
@@ -78,18 +71,19 @@ type Config struct {
 	// ClientID or SubscriptionName is refused (ErrNonDurableTopic).
 	NonDurableTopics bool
 
-	// BatchSize is the most messages one Ingest call writes (default 256).
+	// BatchSize is the most messages one Ingest call writes (default defaults.BatchSize).
 	BatchSize int
-	// Linger is how long a batch waits for more messages once it has one (default 5ms).
+	// Linger is how long a batch waits for more messages once it has one (default defaults.BatchLinger).
 	Linger time.Duration
 	// Prefetch is sent as activemq.prefetchSize: how many unacked messages the broker
 	// may push to this subscription. It must exceed BatchSize, else batches never fill;
-	// 0 means 4×BatchSize, which lets the next batch fill while one commits.
+	// 0 means defaults.Prefetch, or 4×BatchSize for a batch too large for it, which lets
+	// the next batch fill while one commits.
 	Prefetch int
 	// CommitsInFlight is how many batches of one destination are written at once
-	// (default DefaultInFlight); acks still follow dispatch order. 1 writes one at a time.
+	// (default defaults.CommitsInFlight); acks still follow dispatch order. 1 writes one at a time.
 	CommitsInFlight int
-	// AckMode defaults to AckIndividual.
+	// AckMode defaults to defaults.AckMode (cumulative).
 	AckMode AckMode
 
 	MaxBodyBytes int // bodies above this are quarantined; 0 means message.DefaultMaxBodyBytes
@@ -98,7 +92,7 @@ type Config struct {
 	// A batch is closed before it outgrows one statement, and MaxBodyBytes must fit one.
 	MaxStatementBytes int
 	// MaxInflightBytes bounds the body bytes a destination holds unacked (default
-	// DefaultMaxInflightBytes). The broker's prefetch counts messages, not bytes, and a
+	// defaults.MaxInflightBytes). The broker's prefetch counts messages, not bytes, and a
 	// go-stomp subscription must be read promptly (its acks share one loop), so past the
 	// bound the subscriber stops taking messages, commits and acks what it took, and
 	// subscribes again with a prefetch that fits the bound for the largest body seen.
@@ -107,7 +101,7 @@ type Config struct {
 	// IDSource says where the event id is read from (zero: the payload's "id").
 	IDSource message.IDSource
 
-	// CommitTimeout bounds one Ingest call (default 30s). Ingest runs detached from
+	// CommitTimeout bounds one Ingest call (default defaults.CommitTimeout). Ingest runs detached from
 	// Run's context so that shutdown finishes the batch in flight.
 	CommitTimeout time.Duration
 	// Backoff paces reconnects; its zero value is 100ms doubling up to 1s.
@@ -140,45 +134,35 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("ingest: %w", NonDurableTopicError(d))
 		}
 	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Linger <= 0 {
-		c.Linger = DefaultLinger
-	}
-	if c.CommitsInFlight <= 0 {
-		c.CommitsInFlight = DefaultInFlight
-	}
+	c.BatchSize = defaults.Or(c.BatchSize, defaults.BatchSize)
+	c.Linger = defaults.Or(c.Linger, defaults.BatchLinger)
+	c.CommitsInFlight = defaults.Or(c.CommitsInFlight, defaults.CommitsInFlight)
 	if c.Prefetch == 0 {
-		c.Prefetch = 4 * c.BatchSize
+		// The product's prefetch, unless a larger batch would never fill under it.
+		c.Prefetch = defaults.Prefetch
+		if c.Prefetch <= c.BatchSize {
+			c.Prefetch = 4 * c.BatchSize
+		}
 	}
 	if c.Prefetch <= c.BatchSize {
 		return c, fmt.Errorf("ingest: prefetch (%d) must exceed batch size (%d)", c.Prefetch, c.BatchSize)
 	}
+	if c.AckMode == "" {
+		c.AckMode = AckMode(defaults.AckMode)
+	}
 	if _, err := c.AckMode.stomp(); err != nil {
 		return c, fmt.Errorf("ingest: %w", err)
 	}
-	if c.AckMode == "" {
-		c.AckMode = AckIndividual
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = message.DefaultMaxBodyBytes
-	}
-	if c.MaxStatementBytes <= 0 {
-		c.MaxStatementBytes = sqlbound.DefaultMaxStatementBytes
-	}
+	c.MaxBodyBytes = defaults.Or(c.MaxBodyBytes, defaults.MaxBodyBytes)
+	c.MaxStatementBytes = defaults.Or(c.MaxStatementBytes, defaults.MaxStatementBytes)
 	if err := journal.CheckBodyBound(c.MaxBodyBytes, c.MaxStatementBytes); err != nil {
 		return c, fmt.Errorf("ingest: %w", err)
 	}
-	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = DefaultMaxInflightBytes
-	}
+	c.MaxInflightBytes = defaults.Or(c.MaxInflightBytes, defaults.MaxInflightBytes)
 	if c.MaxInflightBytes < int64(c.MaxBodyBytes) {
 		return c, fmt.Errorf("ingest: max in-flight bytes (%d) must be at least the max body size (%d)", c.MaxInflightBytes, c.MaxBodyBytes)
 	}
-	if c.CommitTimeout <= 0 {
-		c.CommitTimeout = DefaultCommitTimeout
-	}
+	c.CommitTimeout = defaults.Or(c.CommitTimeout, defaults.CommitTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

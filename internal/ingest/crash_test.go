@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -119,7 +120,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	runAndKill(t, "block-after-commit", db.URL, addr, q)
 	// At most the batches in flight were committed (each blocked before its ack), none acked.
 	committed := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`)
-	if max := DefaultInFlight * crashBatch; committed == 0 || committed > max {
+	if max := defaults.CommitsInFlight * crashBatch; committed == 0 || committed > max {
 		t.Fatalf("after the kill, %d rows are committed; want the batches in flight (1..%d)", committed, max)
 	}
 

@@ -11,6 +11,8 @@ import (
 	"iter"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/inboxd/inboxd/internal/defaults"
 )
 
 // Reason names why a message was quarantined. The values are stored in quarantine.reason.
@@ -43,7 +45,7 @@ const (
 const maxHeaderValue = 256
 
 // DefaultMaxBodyBytes bounds a message body; larger ones are quarantined, not parsed.
-const DefaultMaxBodyBytes = 256 << 10
+const DefaultMaxBodyBytes = defaults.MaxBodyBytes
 
 // Header names inboxd reads from (and the API writes to) STOMP frames.
 const (

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
@@ -28,7 +29,7 @@ type Publisher interface {
 	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
 }
 
-// Config tunes the relay. Zero values take the defaults.
+// Config tunes the relay. Zero values take the product's defaults (package defaults).
 type Config struct {
 	// BatchSize bounds the rows claimed per pass. Default 100.
 	BatchSize int
@@ -57,30 +58,14 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.BatchSize <= 0 {
-		c.BatchSize = 100
-	}
-	if c.Parallel <= 0 {
-		c.Parallel = 4
-	}
-	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 10 * time.Second
-	}
-	if c.Retention <= 0 {
-		c.Retention = 24 * time.Hour
-	}
-	if c.CleanupInterval <= 0 {
-		c.CleanupInterval = time.Minute
-	}
-	if c.CleanupBatch <= 0 {
-		c.CleanupBatch = 1000
-	}
+	c.BatchSize = defaults.Or(c.BatchSize, defaults.OutboxBatchSize)
+	c.Parallel = defaults.Or(c.Parallel, defaults.OutboxPublishers)
+	c.Lease = defaults.Or(c.Lease, defaults.OutboxLease)
+	c.PollInterval = defaults.Or(c.PollInterval, defaults.OutboxPollInterval)
+	c.PublishTimeout = defaults.Or(c.PublishTimeout, defaults.PublishTimeout)
+	c.Retention = defaults.Or(c.Retention, defaults.OutboxRetention)
+	c.CleanupInterval = defaults.Or(c.CleanupInterval, defaults.OutboxCleanupInterval)
+	c.CleanupBatch = defaults.Or(c.CleanupBatch, defaults.OutboxCleanupBatch)
 	return c
 }
 

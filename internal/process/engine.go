@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/tracing"
@@ -39,12 +39,13 @@ type Config struct {
 	MaxAttempts      int
 	BaseBackoff      time.Duration
 	MaxBackoff       time.Duration
-	// BatchSize bounds the events of one processing transaction. Default 100; see
+	// BatchSize bounds the events of one processing transaction. Default
+	// defaults.ProcessBatchSize; see
 	// package doc (Batches) for CockroachDB.
 	BatchSize int
 	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
 	// processing transaction. A handler that overruns it fails (the attempt counts).
-	// Default 30s.
+	// Default defaults.HandlerTimeout.
 	HandlerTimeout time.Duration
 	// TracerProvider makes the processing spans; nil means otel's global provider.
 	TracerProvider trace.TracerProvider
@@ -60,18 +61,12 @@ type Config struct {
 // contend for its locks and cores. Measured on 2 cores (inboxd bench, same run): 8
 // workers drained 0.46–0.48× as fast as ingest alone, 2 workers 0.61–0.73×, with the
 // p99 at 1,000 msg/s down from 234 ms to 46 ms.
-func DefaultConcurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
+func DefaultConcurrency() int { return defaults.Concurrency() }
 
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency()
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 100
-	}
-	if c.HandlerTimeout <= 0 {
-		c.HandlerTimeout = 30 * time.Second
-	}
+	c.Concurrency = defaults.Or(c.Concurrency, defaults.Concurrency())
+	c.BatchSize = defaults.Or(c.BatchSize, defaults.ProcessBatchSize)
+	c.HandlerTimeout = defaults.Or(c.HandlerTimeout, defaults.HandlerTimeout)
 	p := c.retryPolicy().Or(DefaultRetryPolicy())
 	c.ImmediateRetries, c.MaxAttempts, c.BaseBackoff, c.MaxBackoff = p.ImmediateRetries, p.MaxAttempts, p.BaseBackoff, p.MaxBackoff
 	return c

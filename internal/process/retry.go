@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/defaults"
 )
 
 // The default recoverability policy, after NServiceBus (immediate, then delayed
@@ -20,11 +22,12 @@ import (
 // leaves no event DEAD; the 10-minute cap bounds how long a recovered dependency waits
 // for the retry (River's default goes on for 3 weeks, but a River job does not hold
 // back the events after it, and an inbox event does).
+// The values live in the one table, package defaults.
 const (
-	DefaultImmediateRetries = 2
-	DefaultMaxAttempts      = 40
-	DefaultBaseBackoff      = time.Second
-	DefaultMaxBackoff       = 10 * time.Minute
+	DefaultImmediateRetries = defaults.ImmediateRetries
+	DefaultMaxAttempts      = defaults.MaxAttempts
+	DefaultBaseBackoff      = defaults.RetryBaseDelay
+	DefaultMaxBackoff       = defaults.RetryMaxDelay
 )
 
 // backoffJitter is the relative spread of a delay, so that events failing together

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 )
@@ -17,33 +18,30 @@ import (
 // SweeperConfig tunes the sweeper. Zero values take the defaults, except Grace, where
 // zero is meaningful (see Grace).
 type SweeperConfig struct {
-	// Interval between passes. Default 1s.
+	// Interval between passes. Default defaults.SweepInterval.
 	Interval time.Duration
 	// Grace is how old a RECEIVED entry must be before the sweeper takes it from the
 	// changefeed. With a feed, a few times the feed's flush frequency plus its resolved
-	// interval (e.g. 30s); without one (PostgreSQL), 0. Negative means the default, 30s.
+	// interval (e.g. 30s); without one (PostgreSQL), 0. Negative means defaults.SweepGraceCockroachDB.
 	Grace time.Duration
-	// BatchSize bounds the entries of one batch (one transaction). Default 100.
+	// BatchSize bounds the entries of one batch (one transaction). Default
+	// defaults.ProcessBatchSize.
 	BatchSize int
 	// StopTimeout bounds how long Run lets work under way finish once its context ends;
 	// then that work is cancelled, and a handler that ignores cancellation is abandoned
-	// within a second (its transaction rolled back). Default 10s.
+	// within a second (its transaction rolled back). Default half of
+	// defaults.ShutdownTimeout.
 	StopTimeout time.Duration
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
-	if c.Interval <= 0 {
-		c.Interval = time.Second
-	}
+	c.Interval = defaults.Or(c.Interval, defaults.SweepInterval)
 	if c.Grace < 0 {
-		c.Grace = 30 * time.Second
+		c.Grace = defaults.SweepGraceCockroachDB
 	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 100
-	}
-	if c.StopTimeout <= 0 {
-		c.StopTimeout = 10 * time.Second
-	}
+	c.BatchSize = defaults.Or(c.BatchSize, defaults.ProcessBatchSize)
+	// Half the shutdown: intake before it and the API after it need their share.
+	c.StopTimeout = defaults.Or(c.StopTimeout, defaults.ShutdownTimeout/2)
 	return c
 }
 

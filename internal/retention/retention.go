@@ -13,27 +13,22 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
-// Defaults of Config.
-const (
-	DefaultInterval = time.Minute
-	DefaultBatch    = 1000
-	// DefaultPause separates two full batches, so that a large backlog is deleted at a
-	// bounded rate (under DefaultBatch per DefaultPause, 5,000 rows/s) instead of
-	// competing with ingest for the database. Rows expire at the rate events finish
-	// processing, far below that, so the pruner keeps up.
-	DefaultPause = 200 * time.Millisecond
-)
+// The pause between two full batches (defaults.RetentionPause) bounds the rate at which
+// a large backlog is deleted (under RetentionBatch per pause, 5,000 rows/s) so that it
+// does not compete with ingest for the database. Rows expire at the rate events finish
+// processing, far below that, so the pruner keeps up.
 
 // Config says what to keep. A zero retention keeps everything of that table.
 type Config struct {
 	Journal    time.Duration // PROCESSED and REJECTED entries, by updated_at
 	Quarantine time.Duration // quarantine rows, by received_at
-	Interval   time.Duration // between passes; DefaultInterval when zero
-	Batch      int           // rows per DELETE; DefaultBatch when zero
-	Pause      time.Duration // between full batches; DefaultPause when zero
+	Interval   time.Duration // between passes; defaults.RetentionInterval when zero
+	Batch      int           // rows per DELETE; defaults.RetentionBatch when zero
+	Pause      time.Duration // between full batches; defaults.RetentionPause when zero
 }
 
 // Pruner deletes expired rows, one bounded batch per statement.
@@ -52,15 +47,9 @@ type Stats struct {
 
 // New returns a pruner; a nil logger discards.
 func New(db journal.DB, cfg Config, log *slog.Logger) *Pruner {
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.Pause <= 0 {
-		cfg.Pause = DefaultPause
-	}
+	cfg.Interval = defaults.Or(cfg.Interval, defaults.RetentionInterval)
+	cfg.Batch = defaults.Or(cfg.Batch, defaults.RetentionBatch)
+	cfg.Pause = defaults.Or(cfg.Pause, defaults.RetentionPause)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

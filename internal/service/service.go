@@ -40,8 +40,8 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
-	"github.com/inboxd/inboxd/schema"
 	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/schema"
 )
 
 // WebhookPath is where the changefeed posts (the path of INBOXD_WEBHOOK_URL).

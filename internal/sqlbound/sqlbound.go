@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/defaults"
 )
 
 // ServerLimit is CockroachDB's default sql.conn.max_read_buffer_message_size: the most
@@ -29,7 +31,7 @@ const ServerLimit = 16 << 20
 
 // DefaultMaxStatementBytes is the default bound on one statement's estimated size: SQL
 // text plus parameters, well under ServerLimit.
-const DefaultMaxStatementBytes = 8 << 20
+const DefaultMaxStatementBytes = defaults.MaxStatementBytes
 
 // MinMaxStatementBytes is the smallest MaxStatementBytes accepted: below it, the fixed
 // parts of a quarantine row (capped headers, detail, ids) would not fit.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/inboxd/inboxd/internal/defaults"
 )
 
 // ErrUnavailable wraps every error that means "the broker could not be reached or
@@ -21,7 +23,7 @@ var ErrUnavailable = errors.New("stomp broker unavailable")
 
 // Defaults for Config's zero values.
 const (
-	DefaultHeartBeat       = 10 * time.Second
+	DefaultHeartBeat       = defaults.StompHeartBeat
 	DefaultDialTimeout     = 10 * time.Second
 	DefaultReceiptTimeout  = 10 * time.Second
 	heartBeatGraceMultiple = 2.0 // ActiveMQ's beats can arrive ~2x apart

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
@@ -69,13 +70,13 @@ type Config struct {
 // transactions, in sequence within each, so this lets a batch finish even when some
 // handlers run close to their own timeout. Past it, the batch's open transaction is
 // rolled back (committed ones stay) and the sink's next retry starts the rest again.
-const DefaultProcessTimeout = 5 * time.Minute
+const DefaultProcessTimeout = defaults.WebhookProcessTimeout
 
 // DefaultMaxBatchesInFlight: CockroachDB's webhook sink posts at most one batch per I/O
 // worker (changefeed.sink_io_workers, by default GOMAXPROCS capped at 32) on each node
 // that runs a part of the feed; see numSinkIOWorkers in pkg/ccl/changefeedccl/sink.go.
 // Each batch in flight keeps up to MaxPendingRows items in memory.
-const DefaultMaxBatchesInFlight = 64
+const DefaultMaxBatchesInFlight = defaults.WebhookBatchesInFlight
 
 // DefaultMaxPendingRows: a feed made by "inboxd changefeed create" flushes batches of
 // at most feed.DefaultFlushMessages rows, so this leaves room for feeds flushing a
@@ -91,7 +92,7 @@ const DefaultMaxPendingRows = 100 * feed.DefaultFlushMessages
 // cluster's clock; CockroachDB nodes run within --max-offset (500ms by default) of each
 // other. Ten minutes covers any skew between inboxd and the cluster that a working
 // deployment has, and is short enough that a forged "year 2262" never sticks.
-const DefaultMaxResolvedAhead = 10 * time.Minute
+const DefaultMaxResolvedAhead = defaults.WebhookResolvedAhead
 
 // Handler receives the changefeed's webhook POSTs.
 //

@@ -1,0 +1,122 @@
+// Package defaults is inboxd's one table of default values. The command line's flags
+// (their documented defaults), the library's Config.WithDefaults and every component's
+// own zero-value handling read the same constants here, so a component used directly,
+// in a test or by a future caller, behaves as the product does.
+//
+// It imports nothing of inboxd's, so that every package can use it.
+package defaults
+
+import (
+	"runtime"
+	"time"
+)
+
+// Or is v, or def when v is zero or negative: the rule of every component's Config,
+// whose zero fields take the product's defaults.
+func Or[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// The broker.
+const (
+	StompAddr        = "127.0.0.1:61613"
+	Destination      = "/queue/registrations"
+	ClientID         = "inboxd"
+	SubscriptionName = "inboxd"
+	// StompHeartBeat is the STOMP heart-beat both ways.
+	StompHeartBeat = 10 * time.Second
+)
+
+// The REST API and the changefeed webhook.
+const (
+	HTTPAddr    = ":8090"
+	WebhookAddr = ":8443"
+	WebhookURL  = "webhook-https://localhost:8443/changefeed"
+	CertDir     = "var/certs"
+	// CertHosts is comma-separated, as its flag takes it.
+	CertHosts = "localhost,127.0.0.1,inboxd"
+	// WebhookProcessTimeout bounds one changefeed batch's processing, detached from the
+	// sink's request.
+	WebhookProcessTimeout = 5 * time.Minute
+	// WebhookBatchesInFlight bounds the batches the webhook processes at once.
+	WebhookBatchesInFlight = 64
+	// WebhookResolvedAhead bounds how far a resolved timestamp may run ahead of the clock.
+	WebhookResolvedAhead = 10 * time.Minute
+	// PublishTimeout bounds one publish to the broker (the API's and the relay's).
+	PublishTimeout = 10 * time.Second
+)
+
+// Ingest.
+const (
+	BatchSize       = 500
+	BatchLinger     = 5 * time.Millisecond
+	CommitsInFlight = 2
+	Prefetch        = 2000
+	// AckMode is "client": one cumulative ack per batch.
+	AckMode = "client"
+	// MaxBodyBytes: larger message bodies are quarantined.
+	MaxBodyBytes = 256 << 10
+	// MaxStatementBytes bounds one SQL statement carrying message bytes, parameters
+	// included: half of CockroachDB's 16 MiB client-message limit (package sqlbound).
+	MaxStatementBytes = 8 << 20
+	// MaxInflightBytes bounds the message bytes one destination holds unacked: 2000
+	// prefetched messages of 256 KiB would be 500 MiB.
+	MaxInflightBytes = 64 << 20
+	IDSource         = "payload:id"
+	// CommitTimeout bounds one ingest transaction, which runs detached from shutdown.
+	CommitTimeout = 30 * time.Second
+)
+
+// Processing and its recoverability policy.
+const (
+	ImmediateRetries = 2
+	MaxAttempts      = 40
+	RetryBaseDelay   = time.Second
+	RetryMaxDelay    = 10 * time.Minute
+	ProcessBatchSize = 100
+	HandlerTimeout   = 30 * time.Second
+	SweepInterval    = 200 * time.Millisecond
+	// SweepGrace is how long a RECEIVED event waits for push before the sweeper takes
+	// it: none on PostgreSQL, whose push is in-process and NOTIFY.
+	SweepGrace = 0
+	// SweepGraceCockroachDB leaves a RECEIVED event to the changefeed that long: there
+	// the sweeper is only the safety net.
+	SweepGraceCockroachDB = 30 * time.Second
+)
+
+// Concurrency is the default number of processing transactions at once: the CPUs this
+// process may use, at least 2.
+func Concurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
+
+// Retention.
+const (
+	Retention           = 7 * 24 * time.Hour
+	QuarantineRetention = 30 * 24 * time.Hour
+	// RetentionInterval is how often the PostgreSQL pruner runs, RetentionBatch the rows
+	// one delete takes, RetentionPause the pause between deletes.
+	RetentionInterval = time.Minute
+	RetentionBatch    = 1000
+	RetentionPause    = 200 * time.Millisecond
+)
+
+// The outbox relay.
+const (
+	OutboxPollInterval = time.Second
+	OutboxBatchSize    = 100
+	OutboxLease        = 30 * time.Second
+	OutboxRetention    = 24 * time.Hour
+	// OutboxPublishers is how many broker connections the relay publishes on.
+	OutboxPublishers = 4
+	// OutboxCleanupInterval and OutboxCleanupBatch pace the deletion of sent messages.
+	OutboxCleanupInterval = time.Minute
+	OutboxCleanupBatch    = 1000
+)
+
+// The process.
+const (
+	ShutdownTimeout = 30 * time.Second
+	StallAfter      = 60 * time.Second
+)
