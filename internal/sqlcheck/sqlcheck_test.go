@@ -113,6 +113,12 @@ func feedBuildTTL() []journal.Statement {
 	return []journal.Statement{{Name: "BuildTTL", SQL: s}}
 }
 
+// productModule is the module whose SQL the test checks; this test's own module (its
+// go.mod keeps the parser out of the product's) sits inside it, two levels down.
+const productModule = "github.com/inboxd/inboxd"
+
+// moduleRoot is the directory of productModule's go.mod: the nearest go.mod above the
+// test that declares it, passing over this test's own.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -120,15 +126,25 @@ func moduleRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == productModule {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("go.mod not found")
+			t.Fatalf("no go.mod of %s above the test", productModule)
 		}
 		dir = parent
 	}
+}
+
+// modulePath is the path a go.mod's module directive declares.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
 }
 
 // migrations returns schema's migrations as CockroachDB runs them, and their SQL alone:
