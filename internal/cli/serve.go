@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/config"
 
 	"github.com/inboxd/inboxd/internal/journal"
-	"github.com/inboxd/inboxd/internal/stompx"
 
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
@@ -53,7 +53,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	// Wait for the database (create it, migrate), each try logged, instead of exiting:
 	// inboxd started before its database, or during an outage, comes up once it answers.
-	bo := stompx.Backoff{Initial: 200 * time.Millisecond}
+	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}} // 100-200 ms, doubling to 0.5-1 s
 	var pool *pgxpool.Pool
 	for {
 		err := ensureDatabase(ctx, cfg)

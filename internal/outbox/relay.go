@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
-	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 // Publisher sends one persistent message and returns once the broker confirmed it;
@@ -113,8 +113,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	lastCleanup := time.Time{}
-	// At least one try a second (stompx.Backoff's cap), logged once per outage.
-	backoff := stompx.Backoff{Initial: 200 * time.Millisecond}
+	// At least one try a second (the Reconnect cap), logged once per outage.
+	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}}
 	out := logx.Outage{Log: r.log, What: "outbox relay", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
 		n, err := r.RelayOnce(ctx)
@@ -141,12 +141,12 @@ func (r *Relay) Run(ctx context.Context) error {
 				case <-time.After(journal.ThrottledWait):
 				}
 			}
-			if backoff.Wait(ctx) != nil {
+			if bo.Wait(ctx) != nil {
 				return nil
 			}
 			continue
 		}
-		backoff.Reset()
+		bo.Reset()
 		out.Recovered("outbox relay works again")
 		if n >= r.cfg.BatchSize {
 			continue // more may be waiting
@@ -165,18 +165,18 @@ func (r *Relay) Run(ctx context.Context) error {
 // which it would otherwise hold forever). It reconnects after a failure; the poll
 // covers the gap.
 func (r *Relay) listen(ctx context.Context) {
-	backoff := stompx.Backoff{Initial: 200 * time.Millisecond}
+	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}}
 	out := logx.Outage{Log: r.log, What: "outbox listener", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
 		err := r.listenOnce(ctx, func() {
-			backoff.Reset()
+			bo.Reset()
 			out.Recovered("outbox listener listening again")
 		})
 		if ctx.Err() != nil || errors.Is(err, errNoListen) {
 			return
 		}
 		out.Fail("outbox listener lost; polling meanwhile, logged once per outage", err)
-		if backoff.Wait(ctx) != nil {
+		if bo.Wait(ctx) != nil {
 			return
 		}
 	}
@@ -258,7 +258,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 				r.log.Error("outbox row cannot be published; fix or delete it (its group waits)", "id", row.id, "error", row.bad)
 			}
 			if pctx.Err() == nil || row.bad != nil {
-				delays[i] = retryDelay(row.attempts).Milliseconds()
+				delays[i] = rowRetry.Delay(int(row.attempts)).Milliseconds()
 				r.m.OutboxPublishErrors.Inc()
 				if first == nil && row.bad == nil {
 					first = perrs[i]
@@ -334,14 +334,8 @@ func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, e
 	return tried, errs
 }
 
-// retryDelay is the wait before a failed row's next attempt: 1s doubling to 5m.
-func retryDelay(attempts int64) time.Duration {
-	d := time.Second
-	for i := int64(1); i < attempts && d < 5*time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Minute)
-}
+// rowRetry is the wait before a failed row's next attempt: 1s doubling to 5m, no jitter.
+var rowRetry = backoff.Policy{Initial: time.Second, Max: 5 * time.Minute, Jitter: -1}
 
 // claim leases up to BatchSize rows: due group heads, and the rows that follow them in
 // their groups, in emit order. It picks heads without a lock, then, in one short

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/logx"
 )
 
@@ -54,19 +54,15 @@ func (p *Push) Run(ctx context.Context) error {
 		defer close(done)
 		p.sendLoop(ctx)
 	}()
+	// About every second (0.5 to 1.5 s) whatever the attempt.
+	bo := backoff.Waiter{Policy: backoff.Policy{Initial: time.Second, Max: time.Second, Jitter: 0.5}}
 	for ctx.Err() == nil {
 		err := p.listen(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		p.out.Fail(pushFailed, err)
-		// Retry about every second, jittered.
-		t := time.NewTimer(500*time.Millisecond + rand.N(time.Second))
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		_ = bo.Wait(ctx) // ends early with ctx, which ends the loop
 	}
 	<-done
 	return nil

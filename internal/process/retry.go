@@ -2,9 +2,9 @@ package process
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/defaults"
 )
 
@@ -77,23 +77,18 @@ func (p RetryPolicy) Or(q RetryPolicy) RetryPolicy {
 
 func (p RetryPolicy) immediate() int { return max(p.ImmediateRetries, 0) }
 
-// Delay is the nominal delay before the attempt that follows failed attempt number
-// attempt (1-based): BaseBackoff·2^(attempt−1), at most MaxBackoff.
-func (p RetryPolicy) Delay(attempt int) time.Duration {
+// backoff is the schedule as inboxd's one backoff computes it.
+func (p RetryPolicy) backoff() backoff.Policy {
 	p = p.Or(DefaultRetryPolicy())
-	d := p.BaseBackoff
-	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, p.MaxBackoff)
+	return backoff.Policy{Initial: p.BaseBackoff, Max: p.MaxBackoff, Jitter: backoffJitter}
 }
 
+// Delay is the nominal delay before the attempt that follows failed attempt number
+// attempt (1-based): BaseBackoff·2^(attempt−1), at most MaxBackoff.
+func (p RetryPolicy) Delay(attempt int) time.Duration { return p.backoff().Nominal(attempt) }
+
 // Backoff is Delay with its jitter: a delay drawn from [0.9, 1.1]·Delay(attempt).
-func (p RetryPolicy) Backoff(attempt int) time.Duration {
-	d := p.Delay(attempt)
-	spread := time.Duration(float64(d) * backoffJitter)
-	return d - spread + rand.N(2*spread+1)
-}
+func (p RetryPolicy) Backoff(attempt int) time.Duration { return p.backoff().Delay(attempt) }
 
 // Step is one attempt of a schedule.
 type Step struct {

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/console"
@@ -458,7 +459,7 @@ func (w *webhookServer) run(ctx context.Context, grace time.Duration) error {
 // waitForBroker tries the broker until it answers, at least every second, and logs
 // each try, so that inboxd started before its broker waits instead of failing.
 func waitForBroker(ctx context.Context, cfg stompx.Config, log *slog.Logger) error {
-	bo := stompx.Backoff{Initial: 200 * time.Millisecond}
+	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}} // 100-200 ms, doubling to 0.5-1 s
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := brokerReachable(tctx, cfg)
