@@ -10,6 +10,7 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
@@ -104,8 +105,9 @@ type Config struct {
 	// CommitTimeout bounds one Ingest call (default defaults.CommitTimeout). Ingest runs detached from
 	// Run's context so that shutdown finishes the batch in flight.
 	CommitTimeout time.Duration
-	// Backoff paces reconnects; its zero value is 100ms doubling up to 1s.
-	Backoff stompx.Backoff
+	// Backoff paces reconnects; its zero value is backoff.Reconnect (at least one try a
+	// second).
+	Backoff backoff.Policy
 
 	Logger  *slog.Logger     // nil discards
 	Metrics *metrics.Metrics // nil disables metrics

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -43,7 +44,7 @@ func startSubscriber(t *testing.T, cfg Config, db journal.DB, h hooks) *running 
 		cfg.Logger = testLogger(t)
 	}
 	if cfg.Backoff.Initial == 0 {
-		cfg.Backoff = stompx.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+		cfg.Backoff = backoff.Policy{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	}
 	if cfg.DefaultEventType == "" {
 		cfg.DefaultEventType = "test" // the tests' payloads mostly name no type

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -163,7 +163,7 @@ func TestDatabaseOutageResumes(t *testing.T) {
 }
 
 // defaultBackoffForTest is the production pacing (at most a second between tries).
-func defaultBackoffForTest() stompx.Backoff { return stompx.Backoff{Initial: 100 * time.Millisecond} }
+func defaultBackoffForTest() backoff.Policy { return backoff.Policy{} }
 
 // schemaBrokenDB answers everything but the ingest statement, which fails as if the
 // journal table were missing (42P01): not the message's fault, so nothing may be

@@ -16,6 +16,7 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
@@ -195,7 +196,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 func (s *Subscriber) consume(ctx context.Context, dest string) {
 	log := s.cfg.Logger.With("destination", dest)
 	st := s.dests[dest]
-	bo := s.cfg.Backoff
+	bo := backoff.Waiter{Policy: s.cfg.Backoff}
 	standby := false
 	if stompx.IsTopic(dest) && s.cfg.NonDurableTopics {
 		log.Warn("non-durable topic subscription (opted in with non-durable-topics): " +
@@ -286,7 +287,7 @@ const oncePerOutage = "; retrying at least every second, logged once per outage"
 // waitDB backs off until the database answers, so that a database outage does not
 // turn into a loop of broker redeliveries. It returns false when ctx ends first.
 // Its failures belong to the outage the caller already logged.
-func (s *Subscriber) waitDB(ctx context.Context, bo *stompx.Backoff, log *slog.Logger) bool {
+func (s *Subscriber) waitDB(ctx context.Context, bo *backoff.Waiter, log *slog.Logger) bool {
 	for {
 		if bo.Wait(ctx) != nil {
 			return false

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/loadgen"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -176,7 +177,7 @@ func TestSecondInstanceIsStandby(t *testing.T) {
 	db := testenv.NewDB(t)
 	topic := topicName()
 	cfg := durableConfig(addr, topic)
-	cfg.Backoff = stompx.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
+	cfg.Backoff = backoff.Policy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	first := startSubscriber(t, cfg, db.Pool, hooks{})
 	testenv.Eventually(t, 30*time.Second, "first subscribed", first.Ready)
 	second := startSubscriber(t, cfg, db.Pool, hooks{})
