@@ -1,7 +1,7 @@
 // Package stompx connects inboxd to its STOMP broker (ActiveMQ Classic) with
 // go-stomp/stomp/v3, and adds what that library leaves to its callers: dialing that
-// honors a context, heart-beats tuned for ActiveMQ, a capped jittered backoff for
-// reconnects, and a Publisher whose sends are confirmed by a broker RECEIPT.
+// honors a context, heart-beats tuned for ActiveMQ, and a Publisher whose sends are
+// confirmed by a broker RECEIPT. Reconnects wait by internal/backoff.
 //
 // DialConn is the one way inboxd reaches the broker (ingest, the publisher, /readyz,
 // inboxd publish), so TLS (stomp+ssl, see LoadTLS) applies to all of them alike, with

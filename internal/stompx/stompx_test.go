@@ -16,46 +16,6 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
-func TestBackoff(t *testing.T) {
-	tests := []struct {
-		name string
-		b    Backoff
-		want []time.Duration // nominal delays before jitter
-	}{
-		{"defaults", Backoff{}, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}},
-		{"capped", Backoff{Initial: time.Second, Max: 3 * time.Second}, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
-		{"max below initial", Backoff{Initial: time.Second, Max: time.Millisecond}, []time.Duration{time.Second, time.Second}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for i, nominal := range tt.want {
-				got := tt.b.Next()
-				_, _, jitter := tt.b.defaults()
-				low := nominal - time.Duration(float64(nominal)*jitter)
-				if got < low || got > nominal {
-					t.Errorf("delay %d = %s, want within [%s, %s]", i, got, low, nominal)
-				}
-			}
-			if tt.b.Attempt() != len(tt.want) {
-				t.Errorf("Attempt() = %d, want %d", tt.b.Attempt(), len(tt.want))
-			}
-			tt.b.Reset()
-			if got := tt.b.Next(); got > tt.want[0] {
-				t.Errorf("after Reset, delay = %s, want at most %s", got, tt.want[0])
-			}
-		})
-	}
-}
-
-func TestBackoffWaitHonorsContext(t *testing.T) {
-	b := Backoff{Initial: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := b.Wait(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait = %v, want context.Canceled", err)
-	}
-}
-
 // silentListener accepts connections and never answers, like a wedged broker.
 func silentListener(t *testing.T) string {
 	t.Helper()
