@@ -18,6 +18,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.36.0
 	go.opentelemetry.io/otel/trace v1.36.0
 	go.opentelemetry.io/proto/otlp v1.6.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/text v0.28.0
 	google.golang.org/grpc v1.72.1
 	google.golang.org/protobuf v1.36.8

@@ -1,0 +1,39 @@
+package testenv
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// leakIgnores are the goroutines Main does not count as leaks: third-party background
+// workers that no API of theirs stops. Each says why; a goroutine of inboxd's own is
+// never listed here, but stopped.
+var leakIgnores = []goleak.Option{
+	// go-stomp's in-memory test server (stompx's reconnect test): Serve's request loop
+	// reads its channel forever, and closing the listener ends only its accept loop.
+	goleak.IgnoreTopFunction("github.com/go-stomp/stomp/v3/server.(*requestProcessor).Serve"),
+}
+
+// Main runs a package's tests (the body of its TestMain, after any work of its own) and
+// then fails the test binary when a goroutine is still running: inboxd is made of
+// long-running goroutines, and one that a component forgets to stop on shutdown, or a
+// pool or server a test forgets to close, would otherwise pass unnoticed. It checks
+// only after a successful run, as goleak.VerifyTestMain does (a failed test may leave
+// goroutines behind on purpose, and its failure is the report).
+func Main(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		// Keep-alive connections the tests' default HTTP client left idle are a pool of the
+		// test's, not a leak of the code under test.
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(leakIgnores...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after the tests passed: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
