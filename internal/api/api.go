@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
@@ -29,10 +30,10 @@ type Publisher interface {
 	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
 }
 
-// Database is what the API needs of the database; *pgxpool.Pool is one.
+// Database is a database.DB that /readyz can ping: *pgxpool.Pool or a
+// database.SerializablePool.
 type Database interface {
-	journal.DB
-	journal.Beginner
+	database.DB
 	Ping(ctx context.Context) error
 }
 
@@ -260,7 +261,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-type tableWatermarks struct{ db journal.DB }
+type tableWatermarks struct{ db database.DB }
 
 func (t tableWatermarks) Watermarks(ctx context.Context) ([]journal.Watermark, error) {
 	return journal.FeedWatermarks(ctx, t.db)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/inboxd/inboxd/internal/api/apitest"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -56,7 +57,7 @@ func (h *harness) do(t *testing.T, method, path string, body any, headers ...str
 }
 
 // seedEvents journals events with the given payload fields; each gets an id.
-func seedEvents(t *testing.T, db journal.DB, eventType string, payloads ...map[string]any) []string {
+func seedEvents(t *testing.T, db database.DB, eventType string, payloads ...map[string]any) []string {
 	t.Helper()
 	var b journal.Batch
 	var ids []string
@@ -77,7 +78,7 @@ func seedEvents(t *testing.T, db journal.DB, eventType string, payloads ...map[s
 	return ids
 }
 
-func setStatus(t *testing.T, db journal.DB, status string, ids ...string) {
+func setStatus(t *testing.T, db database.DB, status string, ids ...string) {
 	t.Helper()
 	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 5, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, status, ids); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
@@ -155,7 +156,7 @@ func serveWebhook(eng *process.Engine, pool *pgxpool.Pool, m *metrics.Metrics, l
 // with the sink's InFlight POSTs running in parallel to the polling, as the sink's I/O
 // workers do. Its poll interval and flush frequency are part of the measured latency.
 type feedStandIn struct {
-	db          journal.DB
+	db          database.DB
 	sink        *sinktest.Sink
 	clock       sinktest.Clock
 	poll, flush time.Duration

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
@@ -90,9 +89,7 @@ func (r *runner) backlogRow(ctx context.Context, k Knobs, rep, level int) (Measu
 
 // claimLatency times n ClaimHeads calls (limit 100, grace 0, as the engine's workers
 // claim), each in its own transaction, rolled back.
-func claimLatency(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, n int) (Latency, error) {
+func claimLatency(ctx context.Context, db database.DB, n int) (Latency, error) {
 	ds := make([]time.Duration, 0, n)
 	for range n {
 		tx, err := db.Begin(ctx)
@@ -111,7 +108,7 @@ func claimLatency(ctx context.Context, db interface {
 }
 
 // checkBacklog: the queue is empty, every fresh event PROCESSED, the backlog untouched.
-func (r *runner) checkBacklog(ctx context.Context, queue string, db journal.DB, c Corpus, level int) (string, bool) {
+func (r *runner) checkBacklog(ctx context.Context, queue string, db database.DB, c Corpus, level int) (string, bool) {
 	left, _, err := drain(ctx, r.o.StompAddr, queue, 1000, 0, 500*time.Millisecond)
 	if err != nil {
 		return "draining leftovers: " + err.Error(), false

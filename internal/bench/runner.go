@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 )
@@ -230,10 +231,10 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 	defer pool.Close()
 	count, listIDs := journal.CountRows, journal.IDs
 	if prefilled {
-		count = func(ctx context.Context, db journal.DB) (journal.Counts, error) {
+		count = func(ctx context.Context, db database.DB) (journal.Counts, error) {
 			return journal.CountRowsTagged(ctx, db, queue)
 		}
-		listIDs = func(ctx context.Context, db journal.DB) ([]string, error) {
+		listIDs = func(ctx context.Context, db database.DB) ([]string, error) {
 			m, err := journal.IDsByTag(ctx, db, queue)
 			ids := make([]string, 0, len(m))
 			for id := range m {
@@ -380,7 +381,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 
 // waitProcessed polls until want journal rows are PROCESSED. It polls only after the
 // publisher is done, every 100 ms, to stay out of the measured work's way.
-func waitProcessed(ctx context.Context, db journal.DB, want int, within time.Duration) error {
+func waitProcessed(ctx context.Context, db database.DB, want int, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		n, err := journal.CountByStatus(ctx, db, journal.StatusProcessed)

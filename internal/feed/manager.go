@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // ErrNeedsCockroachDB is returned by every Manager operation on a database that is not
@@ -23,13 +24,6 @@ var ErrFeedExists = errors.New("a changefeed for this sink already exists")
 
 // ErrNotFound is returned when no changefeed job matches.
 var ErrNotFound = errors.New("changefeed job not found")
-
-// DB is what the manager needs of a pool or connection.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Job is one changefeed job as SHOW CHANGEFEED JOBS reports it, secrets redacted.
 type Job struct {
@@ -77,12 +71,12 @@ const simple = pgx.QueryExecModeSimpleProtocol
 
 // Manager creates and controls the journal changefeed on CockroachDB.
 type Manager struct {
-	db  DB
+	db  database.DB
 	log *slog.Logger
 }
 
 // NewManager returns a manager using db; a nil logger discards.
-func NewManager(db DB, logger *slog.Logger) *Manager {
+func NewManager(db database.DB, logger *slog.Logger) *Manager {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inboxd/inboxd/internal/backoff"
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/loadgen"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -36,7 +36,7 @@ type running struct {
 }
 
 // startSubscriber runs a Subscriber until stop or the end of the test.
-func startSubscriber(t *testing.T, cfg Config, db journal.DB, h hooks) *running {
+func startSubscriber(t *testing.T, cfg Config, db database.DB, h hooks) *running {
 	t.Helper()
 	m := metrics.New()
 	cfg.Metrics = m
@@ -104,7 +104,7 @@ func value(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-func count(t testing.TB, db journal.DB, sql string, args ...any) int {
+func count(t testing.TB, db database.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := testenv.ReadRetrying(func() error {
@@ -143,7 +143,7 @@ func publishPlan(t testing.TB, addr, dest string, n int, dup, mal float64, seed 
 }
 
 // waitExact polls until the journal and quarantine hold exactly what exp says.
-func waitExact(t testing.TB, db journal.DB, exp loadgen.Expected, within time.Duration) {
+func waitExact(t testing.TB, db database.DB, exp loadgen.Expected, within time.Duration) {
 	t.Helper()
 	var last error
 	deadline := time.Now().Add(within)
@@ -163,7 +163,7 @@ func waitExact(t testing.TB, db journal.DB, exp loadgen.Expected, within time.Du
 
 // finishExact waits until the journal holds exactly what exp says and the subscriber
 // has acked every message once, then stops it.
-func (r *running) finishExact(t *testing.T, db journal.DB, dest string, exp loadgen.Expected) {
+func (r *running) finishExact(t *testing.T, db database.DB, dest string, exp loadgen.Expected) {
 	t.Helper()
 	waitExact(t, db, exp, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -22,7 +22,7 @@ import (
 // would), the first one holding holdID waits until release is closed, and sent is closed
 // once a statement holding sentID reaches the database.
 type orderDB struct {
-	journal.DB
+	database.DB
 	failID, holdID, sentID string
 	failed, held           atomic.Bool
 	holding, release       chan struct{}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -19,7 +19,7 @@ import (
 // first terminates every backend of the database (as a failover or an operator would),
 // so the ingest statement runs on a dead connection. It records the failures it caused.
 type killingDB struct {
-	journal.DB
+	database.DB
 	t        *testing.T
 	dbName   string
 	calls    atomic.Int32

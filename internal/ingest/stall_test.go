@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/backoff"
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -168,7 +168,7 @@ func defaultBackoffForTest() backoff.Policy { return backoff.Policy{} }
 // schemaBrokenDB answers everything but the ingest statement, which fails as if the
 // journal table were missing (42P01): not the message's fault, so nothing may be
 // quarantined, and the subscriber retries.
-type schemaBrokenDB struct{ journal.DB }
+type schemaBrokenDB struct{ database.DB }
 
 func (d schemaBrokenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if strings.Contains(sql, "INSERT INTO journal") {

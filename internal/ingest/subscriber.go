@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/backoff"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
@@ -28,7 +29,7 @@ import (
 // and start it with Run.
 type Subscriber struct {
 	cfg   Config
-	db    journal.DB
+	db    database.DB
 	ack   stomp.AckMode
 	ready atomic.Int32
 	hooks hooks
@@ -130,7 +131,7 @@ func (e *CommitError) Error() string { return "writing batch to the journal: " +
 func (e *CommitError) Unwrap() error { return e.Err }
 
 // New validates cfg and returns a Subscriber writing into db (a pool, usually).
-func New(cfg Config, db journal.DB) (*Subscriber, error) {
+func New(cfg Config, db database.DB) (*Subscriber, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // The statements below serve the benchmark (internal/bench): the naive inbox it
@@ -11,7 +13,7 @@ import (
 
 // InsertOne is the textbook inbox write, one statement per message:
 // INSERT … ON CONFLICT DO NOTHING. It reports whether the row is new.
-func InsertOne(ctx context.Context, db DB, e Entry) (bool, error) {
+func InsertOne(ctx context.Context, db database.DB, e Entry) (bool, error) {
 	tag, err := db.Exec(ctx, `INSERT INTO journal (id, payload, event_type, aggregate_id, tag)
 		VALUES ($1::UUID, $2::TEXT::JSONB, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
 		e.Event.ID, string(e.Event.Payload), e.Event.EventType, e.Event.AggregateID, e.Destination)
@@ -30,7 +32,7 @@ SELECT s.u, jsonb_build_object('id', s.u::TEXT), 'seed', 'seed', 'retention-seed
 FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s`
 
 // SeedExpired writes n expired PROCESSED entries (the retention benchmark's backlog).
-func SeedExpired(ctx context.Context, db DB, n int, age time.Duration) error {
+func SeedExpired(ctx context.Context, db database.DB, n int, age time.Duration) error {
 	if _, err := db.Exec(ctx, seedExpiredSQL, n, age.Milliseconds()); err != nil {
 		return fmt.Errorf("seeding %d expired entries: %w", n, err)
 	}
@@ -45,12 +47,12 @@ type Counts struct {
 }
 
 // CountRows counts the journal by status and the quarantine.
-func CountRows(ctx context.Context, db DB) (Counts, error) {
+func CountRows(ctx context.Context, db database.DB) (Counts, error) {
 	return countRows(ctx, db, `SELECT status, count(*) FROM journal GROUP BY status`)
 }
 
 // IDs returns every journal id.
-func IDs(ctx context.Context, db DB) ([]string, error) {
+func IDs(ctx context.Context, db database.DB) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT id::TEXT FROM journal`)
 	if err != nil {
 		return nil, fmt.Errorf("listing journal ids: %w", err)
@@ -80,7 +82,7 @@ type Timing struct {
 
 // ProcessedTimings returns the timings of every processed event whose payload has a
 // "sentAt".
-func ProcessedTimings(ctx context.Context, db DB) ([]Timing, error) {
+func ProcessedTimings(ctx context.Context, db database.DB) ([]Timing, error) {
 	rows, err := db.Query(ctx, `SELECT payload->>'sentAt', received_at, processed_at FROM journal
 		WHERE processed_at IS NOT NULL AND payload->>'sentAt' IS NOT NULL`)
 	if err != nil {
@@ -105,7 +107,7 @@ func ProcessedTimings(ctx context.Context, db DB) ([]Timing, error) {
 // is above after, each as the JSON object of its columns (as a changefeed's "after"),
 // and the highest sequence_no returned (after itself when none). The benchmark's
 // stand-in for a CockroachDB changefeed polls it; the partial pending indexes serve it.
-func ReceivedAfter(ctx context.Context, db DB, after int64, limit int) ([][]byte, int64, error) {
+func ReceivedAfter(ctx context.Context, db database.DB, after int64, limit int) ([][]byte, int64, error) {
 	rows, err := db.Query(ctx, `SELECT row_to_json(j)::TEXT, j.sequence_no FROM journal AS j
 		WHERE j.status = 'RECEIVED' AND j.sequence_no > $1
 		ORDER BY j.sequence_no LIMIT $2`, after, limit)
@@ -149,7 +151,7 @@ FROM (SELECT g, gen_random_uuid() AS u FROM generate_series($1::INT8, $1::INT8 +
 // SeedSettled writes n settled entries (the journal-size benchmark's history), a
 // million per statement, and analyzes the journal as autovacuum would have by then.
 // Settled entries are no aggregate's pending work, so nothing else needs to know them.
-func SeedSettled(ctx context.Context, db DB, n int) error {
+func SeedSettled(ctx context.Context, db database.DB, n int) error {
 	const chunk = 1_000_000
 	for from := 0; from < n; from += chunk {
 		if _, err := db.Exec(ctx, seedSettledSQL, from+1, min(chunk, n-from)); err != nil {
@@ -184,7 +186,7 @@ SELECT setval('journal_sequence_no', (SELECT count(*) FROM ins) + 1)`
 // SeedBlocked writes heads FAILED heads due in an hour and blocked RECEIVED events
 // behind them (the backlog benchmark's setup), in one statement, on an empty journal,
 // then their aggregate_head rows (RebuildHeads), as claims read those.
-func SeedBlocked(ctx context.Context, db TxDB, heads, blocked int) error {
+func SeedBlocked(ctx context.Context, db database.DB, heads, blocked int) error {
 	if heads < 1 {
 		return fmt.Errorf("seeding blocked events: %d heads", heads)
 	}
@@ -203,7 +205,7 @@ func SeedBlocked(ctx context.Context, db TxDB, heads, blocked int) error {
 // CountPending counts RECEIVED and FAILED entries through journal_aggregate_pending (literal
 // statuses: a generic plan of status = $1 could not use the partial index and would
 // read the whole journal).
-func CountPending(ctx context.Context, db DB) (int64, error) {
+func CountPending(ctx context.Context, db database.DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status IN ('RECEIVED', 'FAILED')`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting pending journal entries: %w", err)
@@ -213,12 +215,12 @@ func CountPending(ctx context.Context, db DB) (int64, error) {
 
 // CountRowsTagged is CountRows restricted to the journal entries of one tag (the
 // quarantine is counted whole): the check of a row whose journal was pre-filled.
-func CountRowsTagged(ctx context.Context, db DB, tag string) (Counts, error) {
+func CountRowsTagged(ctx context.Context, db database.DB, tag string) (Counts, error) {
 	return countRows(ctx, db, `SELECT status, count(*) FROM journal WHERE tag = $1 GROUP BY status`, tag)
 }
 
 // countRows runs a (status, count) query over the journal and counts the quarantine.
-func countRows(ctx context.Context, db DB, byStatus string, args ...any) (Counts, error) {
+func countRows(ctx context.Context, db database.DB, byStatus string, args ...any) (Counts, error) {
 	c := Counts{ByStatus: map[string]int{}}
 	rows, err := db.Query(ctx, byStatus, args...)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/sqlbound"
 )
@@ -79,7 +80,7 @@ func badBytes(b Bad) int {
 }
 
 // ingestBounded writes entries and bad in as few statements as fit maxStatement bytes.
-func ingestBounded(ctx context.Context, db DB, entries []Entry, bad []Bad, maxStatement int) (Result, error) {
+func ingestBounded(ctx context.Context, db database.DB, entries []Entry, bad []Bad, maxStatement int) (Result, error) {
 	if maxStatement < sqlbound.MinMaxStatementBytes {
 		return Result{}, fmt.Errorf("max statement bytes %d is below the minimum %d", maxStatement, sqlbound.MinMaxStatementBytes)
 	}

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Edit and retry (issue 22, item 5): an operator corrects the payload of a DEAD entry
@@ -175,7 +177,7 @@ type EditRequest struct {
 // https://www.cockroachlabs.com/docs/stable/select-for-update), so the payload checked is
 // the payload replaced, and a concurrent retry or second edit waits, then finds the
 // entry no longer DEAD.
-func EditAndRetry(ctx context.Context, db TxDB, id string, req EditRequest) (Record, Edit, error) {
+func EditAndRetry(ctx context.Context, db database.DB, id string, req EditRequest) (Record, Edit, error) {
 	var r Record
 	var ed Edit
 	err := inTx(ctx, db, func(tx pgx.Tx) error {

@@ -10,7 +10,8 @@ import (
 	"github.com/cockroachdb/cockroach-go/v2/crdb"
 	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Aggregate heads (table aggregate_head, migration 0007).
@@ -124,7 +125,7 @@ const pickSpread = 4
 // transaction reads only the keys it locks and the aggregates it settles. (Before it
 // begins, too, or a transaction would hold one connection while waiting for another.)
 // The pick is only a hint: LockPicked re-checks everything.
-func PickHeads(ctx context.Context, db DB, grace time.Duration, limit int, aggregates []string) ([]string, error) {
+func PickHeads(ctx context.Context, db database.DB, grace time.Duration, limit int, aggregates []string) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -144,7 +145,7 @@ func PickHeads(ctx context.Context, db DB, grace time.Duration, limit int, aggre
 // limit are locked or the pick is used up; otherwise (the successors of a delivery, see
 // ClaimHeads) they are waited for, in sequence order. It never locks a row it was not
 // asked for, and it asks for no more than it still needs.
-func LockPicked(ctx context.Context, tx DB, picked []string, grace time.Duration, limit int, skip bool) ([]Head, error) {
+func LockPicked(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool) ([]Head, error) {
 	var out []Head
 	for len(picked) > 0 && len(out) < limit {
 		n := min(limit-len(out), len(picked))
@@ -173,7 +174,7 @@ func LockPicked(ctx context.Context, tx DB, picked []string, grace time.Duration
 // a delivery just processed), and then a row another transaction holds is waited for,
 // in sequence order: that transaction may be a delivery that is deferring the very
 // successor this claim is meant to move on, and skipping it would strand it.
-func ClaimHeads(ctx context.Context, picker, tx DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
+func ClaimHeads(ctx context.Context, picker, tx database.DB, grace time.Duration, limit int, aggregates []string) ([]Head, error) {
 	picked, err := PickHeads(ctx, picker, grace, limit, aggregates)
 	if err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func ClaimHeads(ctx context.Context, picker, tx DB, grace time.Duration, limit i
 	return LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
 }
 
-func pickIDs(ctx context.Context, tx DB, sql string, args ...any) ([]string, error) {
+func pickIDs(ctx context.Context, tx database.DB, sql string, args ...any) ([]string, error) {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("picking due aggregate heads: %w", err)
@@ -193,7 +194,7 @@ func pickIDs(ctx context.Context, tx DB, sql string, args ...any) ([]string, err
 	return ids, nil
 }
 
-func lockHeads(ctx context.Context, tx DB, skip bool, ids []string, grace time.Duration) ([]Head, error) {
+func lockHeads(ctx context.Context, tx database.DB, skip bool, ids []string, grace time.Duration) ([]Head, error) {
 	rows, err := tx.Query(ctx, lockHeadsSQL(skip), ids, grace.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claiming due journal entries: %w", err)
@@ -270,7 +271,7 @@ WHERE h.aggregate_id IN (
 // SyncHeads brings the aggregate_head rows of aggregates up to date with the journal,
 // inside tx, after tx changed the status of some of their entries (or their
 // next_attempt_at): it must run in the same transaction, after those changes.
-func SyncHeads(ctx context.Context, tx DB, aggregates []string) error {
+func SyncHeads(ctx context.Context, tx database.DB, aggregates []string) error {
 	if len(aggregates) == 0 {
 		return nil
 	}
@@ -293,7 +294,7 @@ func SyncHeads(ctx context.Context, tx DB, aggregates []string) error {
 const aggregatesOfSQL = `SELECT DISTINCT aggregate_id FROM journal WHERE id = ANY ($1::UUID[])`
 
 // SyncHeadsOf is SyncHeads for the aggregates of the entries ids.
-func SyncHeadsOf(ctx context.Context, tx DB, ids []string) error {
+func SyncHeadsOf(ctx context.Context, tx database.DB, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -321,7 +322,7 @@ ON CONFLICT (aggregate_id) DO NOTHING`
 
 // RebuildHeads recomputes every aggregate_head row from the journal: for a journal
 // written behind inboxd's back (tests, repairs). It reads every pending entry.
-func RebuildHeads(ctx context.Context, db TxDB) error {
+func RebuildHeads(ctx context.Context, db database.DB) error {
 	return inTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, rebuildHeadsSQL); err != nil {
 			return fmt.Errorf("rebuilding aggregate heads: %w", err)
@@ -338,12 +339,6 @@ func RebuildHeads(ctx context.Context, db TxDB) error {
 	})
 }
 
-// TxDB is a DB that can begin a transaction: a pool, or a transaction (a savepoint).
-type TxDB interface {
-	DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // inTx runs fn in one transaction on db. On a pool (db has BeginTx) a serialization
 // conflict (40001, CockroachDB's default SERIALIZABLE; PostgreSQL's SERIALIZABLE too)
 // is retried as processing retries it, with ExecuteTx: operator actions must
@@ -353,7 +348,7 @@ type TxDB interface {
 // conflict reported at COMMIT ends it, so up to operatorTxAttempts whole transactions
 // are tried. On a transaction (db has no BeginTx) fn runs under a savepoint, once: a
 // conflict is the outer transaction's to retry.
-func inTx(ctx context.Context, db TxDB, fn func(pgx.Tx) error) error {
+func inTx(ctx context.Context, db database.DB, fn func(pgx.Tx) error) error {
 	if c, ok := db.(crdbpgx.Conn); ok {
 		var err error
 		for range operatorTxAttempts {
@@ -428,26 +423,6 @@ func isSerializationFailure(err error) bool {
 	return errors.As(err, &e) && e.SQLState() == "40001"
 }
 
-// SerializablePool is a pool whose journal transactions (operator actions, head
-// repairs) begin with explicit SERIALIZABLE isolation, whatever the session's default:
-// on CockroachDB an operator's READ COMMITTED default would otherwise change the
-// guarantees (issue 19, item 3). The service wraps its pool in it on CockroachDB, as
-// process.Config.CockroachDB does for processing.
-type SerializablePool struct{ *pgxpool.Pool }
-
-// Begin begins a SERIALIZABLE transaction.
-func (p SerializablePool) Begin(ctx context.Context) (pgx.Tx, error) {
-	return p.BeginTx(ctx, pgx.TxOptions{})
-}
-
-// BeginTx begins a transaction with opts, SERIALIZABLE unless opts name an isolation.
-func (p SerializablePool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	if opts.IsoLevel == "" {
-		opts.IsoLevel = pgx.Serializable
-	}
-	return p.Pool.BeginTx(ctx, opts)
-}
-
 // RunOnSkipper is skipped_by for a DEAD entry whose event type lets successors run on
 // past it (process.Registry.RunOnDead).
 const RunOnSkipper = "inboxd: event type runs on past DEAD"
@@ -459,7 +434,7 @@ WHERE id = ANY ($1::UUID[]) AND status = 'DEAD' AND skipped_at IS NULL`
 
 // SkipDead marks DEAD entries ids as skipped by by, so that they no longer park their
 // aggregates. The caller runs SyncHeads afterwards in the same transaction.
-func SkipDead(ctx context.Context, tx DB, ids []string, by string) error {
+func SkipDead(ctx context.Context, tx database.DB, ids []string, by string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -475,7 +450,7 @@ var ErrNotSkippable = errors.New("entry is not DEAD, or already skipped")
 // Skip records that by skipped the DEAD entry id, now: it no longer parks its aggregate,
 // whose successors run on. It returns the entry as it is afterwards; for an entry that
 // is not DEAD or was skipped already, the entry and ErrNotSkippable.
-func Skip(ctx context.Context, db TxDB, id, by string) (Record, error) {
+func Skip(ctx context.Context, db database.DB, id, by string) (Record, error) {
 	var r Record
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -503,7 +478,7 @@ func Skip(ctx context.Context, db TxDB, id, by string) (Record, error) {
 // Parked counts the aggregates parked by a DEAD head and the events waiting behind
 // them, through aggregate_head_parked and journal_aggregate_pending: the cost follows
 // what is parked, not the journal.
-func Parked(ctx context.Context, db DB) (aggregates, waiting int64, err error) {
+func Parked(ctx context.Context, db database.DB) (aggregates, waiting int64, err error) {
 	err = db.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM aggregate_head WHERE parked),
 		       (SELECT count(*) FROM aggregate_head AS h JOIN journal AS j
@@ -517,7 +492,7 @@ func Parked(ctx context.Context, db DB) (aggregates, waiting int64, err error) {
 
 // ParkedBehind returns the DEAD head that a pending entry of aggregate with sequence
 // number seq waits behind, if its aggregate is parked.
-func ParkedBehind(ctx context.Context, db DB, aggregate string, seq int64) (id string, parked bool, err error) {
+func ParkedBehind(ctx context.Context, db database.DB, aggregate string, seq int64) (id string, parked bool, err error) {
 	err = db.QueryRow(ctx, `SELECT head_id::TEXT FROM aggregate_head
 		WHERE aggregate_id = $1::TEXT AND parked AND head_seq < $2::INT8`, aggregate, seq).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -548,7 +523,7 @@ WHERE j.status IS NULL OR j.status NOT IN ('RECEIVED', 'FAILED') OR j.next_attem
 
 // RepairStaleHeads recomputes the stale rows among the first window due heads (see
 // staleHeadsSQL) and returns how many it found. The sweeper runs it now and then.
-func RepairStaleHeads(ctx context.Context, db TxDB, window int) (int, error) {
+func RepairStaleHeads(ctx context.Context, db database.DB, window int) (int, error) {
 	rows, err := db.Query(ctx, staleHeadsSQL, window)
 	if err != nil {
 		return 0, fmt.Errorf("finding stale aggregate heads: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // OldestWaiting returns how long the longest-waiting event that processing could take
@@ -16,7 +18,7 @@ import (
 // It reads the first row of each of the two ranges of aggregate_head_due (migration
 // 0007), so its cost depends neither on the events waiting behind failed or parked heads
 // nor on the journal's size: readiness runs it every second.
-func OldestWaiting(ctx context.Context, db DB, minAge time.Duration) (time.Duration, error) {
+func OldestWaiting(ctx context.Context, db database.DB, minAge time.Duration) (time.Duration, error) {
 	var secs float64
 	err := db.QueryRow(ctx, oldestWaitingSQL, minAge.Milliseconds()).Scan(&secs)
 	if err != nil {

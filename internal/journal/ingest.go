@@ -11,9 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 )
 
@@ -25,13 +25,6 @@ const (
 	StatusDead      = "DEAD"
 	StatusRejected  = "REJECTED"
 )
-
-// DB is what the journal needs of a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Entry is one valid event to ingest.
 type Entry struct {
@@ -210,7 +203,7 @@ SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
 // Each statement stays under b.MaxStatementBytes (bound.go): a larger batch is written
 // as several statements in arrival order, and a message too large for one statement is
 // quarantined too_large with as much of its body as fits.
-func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
+func Ingest(ctx context.Context, db database.DB, b Batch) (Result, error) {
 	if len(b.Entries) == 0 && len(b.Bad) == 0 {
 		return Result{}, nil
 	}
@@ -227,7 +220,7 @@ func Ingest(ctx context.Context, db DB, b Batch) (Result, error) {
 	return res, nil
 }
 
-func ingest(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, error) {
+func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Result, error) {
 	bad, badIDs := uniqueBad(bad)
 	payloads := make([]string, len(entries))
 	types := make([]string, len(entries))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -21,7 +22,7 @@ func entry(t *testing.T, body string) journal.Entry {
 	return journal.Entry{Event: ev, Destination: "/queue/test"}
 }
 
-func count(t *testing.T, db journal.DB, sql string) int {
+func count(t *testing.T, db database.DB, sql string) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(context.Background(), sql).Scan(&n); err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Operator actions.
@@ -32,7 +34,7 @@ const requeueSet = `status = 'FAILED', attempts = 0, next_attempt_at = now(), up
 
 // RetryOne requeues one FAILED, DEAD or REJECTED entry. It returns the entry as it is
 // afterwards; for an entry in another status it returns the entry and ErrNotRetryable.
-func RetryOne(ctx context.Context, db TxDB, id string) (Record, error) {
+func RetryOne(ctx context.Context, db database.DB, id string) (Record, error) {
 	var r Record
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -108,7 +110,7 @@ func (m RequeueMode) restrict(f Filter) (Filter, bool) {
 // CountMatching counts the entries a requeue with f and m would touch (a dry run). It
 // counts through the same indexes as Requeue walks, so a retry's count costs what the
 // FAILED, DEAD and REJECTED entries cost, whatever the journal's size.
-func CountMatching(ctx context.Context, db DB, f Filter, m RequeueMode) (int64, error) {
+func CountMatching(ctx context.Context, db database.DB, f Filter, m RequeueMode) (int64, error) {
 	f, ok := m.restrict(f)
 	if !ok {
 		return 0, nil
@@ -186,7 +188,7 @@ func attentionOnly(f Filter) bool {
 const nextTypeSQL = `SELECT event_type FROM journal WHERE event_type > $1::TEXT ORDER BY event_type LIMIT 1`
 
 // eachScope calls fn with every scope that f's entries lie in.
-func eachScope(ctx context.Context, db DB, f Filter, fn func(requeueScope) error) error {
+func eachScope(ctx context.Context, db database.DB, f Filter, fn func(requeueScope) error) error {
 	if attentionOnly(f) {
 		for _, s := range attentionStatuses {
 			if !slices.Contains(f.Statuses, s) {
@@ -234,7 +236,7 @@ func (sc requeueScope) upperSQL() (string, []any) {
 // held when its walk started, so entries ingested meanwhile cannot keep it running. It
 // is not one transaction: if it fails halfway the entries already requeued stay
 // requeued, and running it again is harmless.
-func Requeue(ctx context.Context, db TxDB, f Filter, m RequeueMode) (int64, error) {
+func Requeue(ctx context.Context, db database.DB, f Filter, m RequeueMode) (int64, error) {
 	f, ok := m.restrict(f)
 	if !ok {
 		return 0, nil
@@ -303,11 +305,6 @@ func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (s
 			       ARRAY(SELECT DISTINCT aggregate_id FROM upd)`, n), args
 }
 
-// Beginner starts a transaction; *pgxpool.Pool is one.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // ReinjectResult says what Reinject did.
 type ReinjectResult struct {
 	Record    QuarantineRecord // as it is afterwards
@@ -319,7 +316,7 @@ type ReinjectResult struct {
 // reinjected is left alone unless force is set. If publish fails nothing is marked; if
 // the commit fails after publishing, the body was published but the row is not marked,
 // so a second call publishes it again (at least once, never lost).
-func Reinject(ctx context.Context, db Beginner, id string, force bool,
+func Reinject(ctx context.Context, db database.DB, id string, force bool,
 	publish func(ctx context.Context, q QuarantineRecord, body []byte) error) (ReinjectResult, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {

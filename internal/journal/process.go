@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 )
 
@@ -43,7 +44,7 @@ const lockPendingSQL = `
 // is already terminal: a duplicate delivery, a no-op. On PostgreSQL a row locked by
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
-func LockPending(ctx context.Context, tx DB, id string) (p Pending, found bool, err error) {
+func LockPending(ctx context.Context, tx database.DB, id string) (p Pending, found bool, err error) {
 	err = tx.QueryRow(ctx, lockPendingSQL, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -73,7 +74,7 @@ func storable(s string, n int) string {
 }
 
 // MarkProcessed records a successful handler run. attempts counts handler runs.
-func MarkProcessed(ctx context.Context, tx DB, id string) error {
+func MarkProcessed(ctx context.Context, tx database.DB, id string) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'PROCESSED', attempts = attempts + 1, last_error = NULL,
 		       processed_at = now(), updated_at = now()
@@ -81,7 +82,7 @@ func MarkProcessed(ctx context.Context, tx DB, id string) error {
 }
 
 // MarkRejected records a business rejection: terminal, never retried.
-func MarkRejected(ctx context.Context, tx DB, id, reason string) error {
+func MarkRejected(ctx context.Context, tx database.DB, id, reason string) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'REJECTED', attempts = attempts + 1, last_error = $2,
 		       processed_at = now(), updated_at = now()
@@ -89,7 +90,7 @@ func MarkRejected(ctx context.Context, tx DB, id, reason string) error {
 }
 
 // MarkFailed records a failed attempt to be retried after backoff.
-func MarkFailed(ctx context.Context, tx DB, id, reason string, backoff time.Duration) error {
+func MarkFailed(ctx context.Context, tx database.DB, id, reason string, backoff time.Duration) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'FAILED', attempts = attempts + 1, last_error = $2,
 		       next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond', updated_at = now()
@@ -97,13 +98,13 @@ func MarkFailed(ctx context.Context, tx DB, id, reason string, backoff time.Dura
 }
 
 // MarkDead records the last failed attempt: an operator has to act.
-func MarkDead(ctx context.Context, tx DB, id, reason string) error {
+func MarkDead(ctx context.Context, tx database.DB, id, reason string) error {
 	return transition(ctx, tx, id, `
 		UPDATE journal SET status = 'DEAD', attempts = attempts + 1, last_error = $2, updated_at = now()
 		WHERE id = $1`, errorText(reason))
 }
 
-func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
+func transition(ctx context.Context, tx database.DB, id, sql string, args ...any) error {
 	tag, err := tx.Exec(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("updating status of journal entry %s: %w", id, err)
@@ -115,7 +116,7 @@ func transition(ctx context.Context, tx DB, id, sql string, args ...any) error {
 }
 
 // CountByStatus returns the number of entries in one status.
-func CountByStatus(ctx context.Context, db DB, status string) (int64, error) {
+func CountByStatus(ctx context.Context, db database.DB, status string) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, status).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting %s journal entries: %w", status, err)
@@ -127,7 +128,7 @@ func CountByStatus(ctx context.Context, db DB, status string) (int64, error) {
 // changefeed renders a row in "after" (ids and timestamps as strings, payload as a
 // nested object). It serves tools and tests that replay rows to the webhook. ids nil
 // means every entry, in sequence_no order.
-func RowsAsJSON(ctx context.Context, db DB, ids []string) ([]json.RawMessage, error) {
+func RowsAsJSON(ctx context.Context, db database.DB, ids []string) ([]json.RawMessage, error) {
 	rows, err := db.Query(ctx, `
 		SELECT row_to_json(j)::TEXT FROM journal AS j
 		WHERE $1::UUID[] IS NULL OR j.id = ANY ($1::UUID[])
@@ -203,7 +204,7 @@ const lockBatchSQL = `
 // sequence order (so that two batches sharing entries lock them in the same order and
 // cannot deadlock), and returns them. A row another transaction holds is waited for
 // and re-read. An entry already settled is locked too, but left out.
-func LockBatch(ctx context.Context, tx DB, ids []string) ([]Head, error) {
+func LockBatch(ctx context.Context, tx database.DB, ids []string) ([]Head, error) {
 	rows, err := tx.Query(ctx, lockBatchSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("locking journal entries: %w", err)
@@ -227,7 +228,7 @@ type Outcome struct {
 
 // RecordOutcomes records the outcomes of a batch in one statement: the status, one
 // more attempt, the error, and for FAILED entries the time of the next attempt.
-func RecordOutcomes(ctx context.Context, tx DB, results []Outcome) error {
+func RecordOutcomes(ctx context.Context, tx database.DB, results []Outcome) error {
 	if len(results) == 0 {
 		return nil
 	}
@@ -377,7 +378,7 @@ type Attempt struct {
 const maxAttemptsRead = 200
 
 // Attempts returns the attempt history of an entry, oldest first (the latest 200).
-func Attempts(ctx context.Context, db DB, id string) ([]Attempt, error) {
+func Attempts(ctx context.Context, db database.DB, id string) ([]Attempt, error) {
 	rows, err := db.Query(ctx, `
 		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at, edited_by, edited_from, original_payload
 		FROM (SELECT * FROM journal_attempt WHERE journal_id = $1::UUID ORDER BY recorded_at DESC LIMIT $2::INT8) AS a

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
-func ingestN(t *testing.T, db journal.DB, n int, agg string) []string {
+func ingestN(t *testing.T, db database.DB, n int, agg string) []string {
 	t.Helper()
 	var b journal.Batch
 	var ids []string

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // ErrNotFound is returned when the journal entry or quarantine row does not exist.
@@ -129,7 +131,7 @@ func whereClause(conds []string) string {
 }
 
 // List returns up to p.Limit entries matching f in sequence_no order, and whether more follow.
-func List(ctx context.Context, db DB, f Filter, p Page) ([]Record, bool, error) {
+func List(ctx context.Context, db database.DB, f Filter, p Page) ([]Record, bool, error) {
 	if p.Limit <= 0 {
 		return nil, false, fmt.Errorf("listing journal: limit must be positive, got %d", p.Limit)
 	}
@@ -175,7 +177,7 @@ func listSQL(f Filter, p Page) (string, []any) {
 }
 
 // Get returns one journal entry by event id (a canonical UUID string).
-func Get(ctx context.Context, db DB, id string) (Record, error) {
+func Get(ctx context.Context, db database.DB, id string) (Record, error) {
 	r, err := scanRecord(db.QueryRow(ctx, "SELECT "+recordColumns+" FROM journal WHERE id = $1::UUID", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
@@ -196,7 +198,7 @@ type Watermark struct {
 }
 
 // FeedWatermarks reads the feed_watermark table (written by the feed, only read here).
-func FeedWatermarks(ctx context.Context, db DB) ([]Watermark, error) {
+func FeedWatermarks(ctx context.Context, db database.DB) ([]Watermark, error) {
 	rows, err := db.Query(ctx, `SELECT sink, resolved, resolved_at, updated_at, now() FROM feed_watermark ORDER BY sink`)
 	if err != nil {
 		return nil, fmt.Errorf("reading feed watermarks: %w", err)
@@ -265,7 +267,7 @@ func scanQuarantine(row pgx.Row, extra ...any) (QuarantineRecord, error) {
 
 // ListQuarantine returns up to p.Limit quarantine rows, optionally of one reason, and
 // whether more follow.
-func ListQuarantine(ctx context.Context, db DB, reason string, p QuarantinePage) ([]QuarantineRecord, bool, error) {
+func ListQuarantine(ctx context.Context, db database.DB, reason string, p QuarantinePage) ([]QuarantineRecord, bool, error) {
 	if p.Limit <= 0 {
 		return nil, false, fmt.Errorf("listing quarantine: limit must be positive, got %d", p.Limit)
 	}
@@ -315,7 +317,7 @@ func listQuarantineSQL(reason string, p QuarantinePage) (string, []any) {
 }
 
 // QuarantineBody returns one quarantine row and its raw body.
-func QuarantineBody(ctx context.Context, db DB, id string) (QuarantineRecord, []byte, error) {
+func QuarantineBody(ctx context.Context, db database.DB, id string) (QuarantineRecord, []byte, error) {
 	var body []byte
 	q, err := scanQuarantine(db.QueryRow(ctx, "SELECT "+quarantineColumns+", body FROM quarantine WHERE id = $1::UUID", id), &body)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -15,7 +16,7 @@ import (
 
 // seed ingests n events of the given type with payloads {"id", "n", "jurisdiction"} and
 // returns their ids in ingest order.
-func seed(t *testing.T, db journal.DB, typ string, n int, jurisdiction func(i int) string) []string {
+func seed(t *testing.T, db database.DB, typ string, n int, jurisdiction func(i int) string) []string {
 	t.Helper()
 	var b journal.Batch
 	ids := make([]string, n)
@@ -37,7 +38,7 @@ func seed(t *testing.T, db journal.DB, typ string, n int, jurisdiction func(i in
 	return ids
 }
 
-func setStatus(t *testing.T, db journal.DB, status string, ids ...string) {
+func setStatus(t *testing.T, db database.DB, status string, ids ...string) {
 	t.Helper()
 	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, status, ids); err != nil {
 		t.Fatal(err)

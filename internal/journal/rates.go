@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // RateBucket is one time bucket of Rates.
@@ -21,7 +23,7 @@ type RateBucket struct {
 // journal_terminal (updated_at, which is its processed_at, and never before its
 // received_at), one still pending through journal_aggregate_pending, a DEAD one through
 // journal_attention.
-func Rates(ctx context.Context, db DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
+func Rates(ctx context.Context, db database.DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
 	if bucket <= 0 || window < bucket {
 		return nil, time.Time{}, fmt.Errorf("rates: window %s must be at least one bucket of %s", window, bucket)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/sqlbound"
 )
@@ -95,7 +96,7 @@ func refusalDetail(err error) string {
 // and goes to quarantine. A batch of n with k refused rows costs about 2k·log2(n)
 // statements, only on this slow path. An availability error stops it at once: the
 // caller acks nothing, and whatever halves were committed collapse on redelivery.
-func ingestIsolating(ctx context.Context, db DB, entries []Entry, bad []Bad) (Result, error) {
+func ingestIsolating(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Result, error) {
 	res, err := ingest(ctx, db, entries, bad)
 	if err == nil || IsUnavailable(err) {
 		return res, err
@@ -139,7 +140,7 @@ func ingestIsolating(ctx context.Context, db DB, entries []Entry, bad []Bad) (Re
 // SQLSTATE and message, and the message's headers. An entry refused as too large for one
 // message (the server's limit is below the statement bound) is quarantined too_large
 // with the first lastResortBody bytes of its payload.
-func refuse(ctx context.Context, db DB, e Entry, cause error) (Result, error) {
+func refuse(ctx context.Context, db database.DB, e Entry, cause error) (Result, error) {
 	if sqlbound.IsMessageTooLarge(cause) {
 		b := truncateBody(tooLarge(e, refusalDetail(cause)), lastResortBody)
 		b.Headers = nil
@@ -177,7 +178,7 @@ func refuse(ctx context.Context, db DB, e Entry, cause error) (Result, error) {
 // error is returned, and it is not an availability error, so the caller's logs say so.
 //
 // A row refused as too large keeps the first lastResortBody bytes of its body.
-func requarantine(ctx context.Context, db DB, b Bad, cause error) (Result, error) {
+func requarantine(ctx context.Context, db database.DB, b Bad, cause error) (Result, error) {
 	bare := Bad{Reason: b.Reason, Destination: b.Destination, Body: b.Body, EventID: b.EventID, id: b.id,
 		Detail: b.Detail + "; headers dropped: " + refusalDetail(cause)}
 	if sqlbound.IsMessageTooLarge(cause) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Retention on PostgreSQL (CockroachDB uses row-level TTL instead, see internal/feed).
@@ -44,7 +46,7 @@ WHERE id IN (
 
 // PruneJournal deletes up to limit PROCESSED or REJECTED entries older than retention
 // and returns how many it deleted.
-func PruneJournal(ctx context.Context, db DB, retention time.Duration, limit int) (int64, error) {
+func PruneJournal(ctx context.Context, db database.DB, retention time.Duration, limit int) (int64, error) {
 	var n, attempts int64
 	if err := db.QueryRow(ctx, pruneJournalSQL, retention.Milliseconds(), limit).Scan(&n, &attempts); err != nil {
 		return 0, fmt.Errorf("deleting journal entries older than %s: %w", retention, err)
@@ -53,7 +55,7 @@ func PruneJournal(ctx context.Context, db DB, retention time.Duration, limit int
 }
 
 // PruneQuarantine deletes up to limit quarantine rows older than retention.
-func PruneQuarantine(ctx context.Context, db DB, retention time.Duration, limit int) (int64, error) {
+func PruneQuarantine(ctx context.Context, db database.DB, retention time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, pruneQuarantineSQL, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("deleting quarantine rows older than %s: %w", retention, err)

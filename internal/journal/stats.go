@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Stats summarises the journal and the quarantine.
@@ -33,7 +35,7 @@ const ExactCountLimit = 100_000
 // ReadStats counts entries by type and status without reading the journal: its cost
 // follows the pending and attention work (and at most ExactCountLimit entries), not the
 // journal's size, so the console can poll it.
-func ReadStats(ctx context.Context, db DB) (Stats, error) {
+func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
 	s := Stats{ByStatus: make(map[string]int64, len(Statuses)), ByType: map[string]map[string]int64{}}
 	for _, st := range Statuses {
 		s.ByStatus[st] = 0
@@ -96,7 +98,7 @@ const countCappedSQL = `SELECT t.event_type, t.status, count(*) FROM (
 
 // countCapped counts every entry if there are at most ExactCountLimit, and reports
 // whether it did.
-func countCapped(ctx context.Context, db DB, add func(typ, status string, n int64)) (bool, error) {
+func countCapped(ctx context.Context, db database.DB, add func(typ, status string, n int64)) (bool, error) {
 	type row struct {
 		typ, status string
 		n           int64
@@ -128,7 +130,7 @@ const (
 )
 
 // countIndexed counts the statuses the partial indexes hold, by type.
-func countIndexed(ctx context.Context, db DB, add func(typ, status string, n int64)) error {
+func countIndexed(ctx context.Context, db database.DB, add func(typ, status string, n int64)) error {
 	if err := countGrouped(ctx, db, add, countPendingSQL); err != nil {
 		return err
 	}
@@ -136,7 +138,7 @@ func countIndexed(ctx context.Context, db DB, add func(typ, status string, n int
 }
 
 // countGrouped runs a statement returning (event_type, status, count) rows.
-func countGrouped(ctx context.Context, db DB, add func(typ, status string, n int64), sql string, args ...any) error {
+func countGrouped(ctx context.Context, db database.DB, add func(typ, status string, n int64), sql string, args ...any) error {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("counting journal entries: %w", err)
@@ -171,7 +173,7 @@ const eventTypesSQL = `WITH RECURSIVE types (event_type, n) AS (
 	SELECT event_type FROM types WHERE event_type IS NOT NULL`
 
 // EventTypes returns the event types in the journal, in order, at most MaxEventTypes.
-func EventTypes(ctx context.Context, db DB) ([]string, error) {
+func EventTypes(ctx context.Context, db database.DB) ([]string, error) {
 	rows, err := db.Query(ctx, eventTypesSQL, MaxEventTypes)
 	if err != nil {
 		return nil, fmt.Errorf("listing event types: %w", err)
@@ -210,7 +212,7 @@ const crdbRowEstimateSQL = `SELECT coalesce((SELECT row_count FROM [SHOW STATIST
 	ORDER BY created DESC LIMIT 1), -1)::INT8`
 
 // estimateRows returns the database's estimate of the journal's rows, or -1.
-func estimateRows(ctx context.Context, db DB) (int64, error) {
+func estimateRows(ctx context.Context, db database.DB) (int64, error) {
 	var version string
 	if err := db.QueryRow(ctx, `SELECT version()`).Scan(&version); err != nil {
 		return 0, fmt.Errorf("reading the database version: %w", err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Subscription is a durable topic subscription inboxd created on the broker.
@@ -21,7 +23,7 @@ type Subscription struct {
 // RecordSubscription notes that a durable subscription is about to be (re)created or
 // resumed. Ingest calls it before every durable SUBSCRIBE, so the table knows every
 // subscription the broker may hold for inboxd.
-func RecordSubscription(ctx context.Context, db DB, clientID, name, destination string) error {
+func RecordSubscription(ctx context.Context, db database.DB, clientID, name, destination string) error {
 	_, err := db.Exec(ctx, `INSERT INTO durable_subscription (client_id, subscription_name, destination)
 		VALUES ($1, $2, $3)
 		ON CONFLICT (client_id, subscription_name) DO UPDATE
@@ -35,7 +37,7 @@ func RecordSubscription(ctx context.Context, db DB, clientID, name, destination 
 
 // Subscriptions lists the recorded durable subscriptions, removed ones included, by
 // client id and name.
-func Subscriptions(ctx context.Context, db DB) ([]Subscription, error) {
+func Subscriptions(ctx context.Context, db database.DB) ([]Subscription, error) {
 	rows, err := db.Query(ctx, `SELECT client_id, subscription_name, destination, created_at, last_subscribed_at, removed_at
 		FROM durable_subscription ORDER BY client_id, subscription_name`)
 	if err != nil {
@@ -50,7 +52,7 @@ func Subscriptions(ctx context.Context, db DB) ([]Subscription, error) {
 
 // MarkSubscriptionRemoved records that the broker no longer has the subscription. It
 // reports whether the table knew it.
-func MarkSubscriptionRemoved(ctx context.Context, db DB, clientID, name string) (bool, error) {
+func MarkSubscriptionRemoved(ctx context.Context, db database.DB, clientID, name string) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE durable_subscription SET removed_at = now()
 		WHERE client_id = $1 AND subscription_name = $2`, clientID, name)
 	if err != nil {

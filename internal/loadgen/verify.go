@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
 // Verify checks that the journal rows tagged with exp.Destination are exactly the
 // unique valid ids (none missing, none extra, none twice), and that the quarantine rows
 // of that destination are exactly the malformed messages.
-func Verify(ctx context.Context, db journal.DB, exp Expected) error {
+func Verify(ctx context.Context, db database.DB, exp Expected) error {
 	var problems []string
 	got, err := journal.IDsByTag(ctx, db, exp.Destination)
 	if err != nil {

@@ -30,8 +30,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/tracing"
@@ -453,15 +453,8 @@ type Row struct {
 	LastError   *string
 }
 
-// Querier is a pool, a connection or a transaction.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Get returns one row; found is false when there is none.
-func Get(ctx context.Context, db Querier, id string) (Row, bool, error) {
+func Get(ctx context.Context, db database.DB, id string) (Row, bool, error) {
 	var r Row
 	var hj []byte
 	err := db.QueryRow(ctx, sqlGet, id).Scan(&r.ID, &r.Destination, &hj, &r.Body, &r.Attempts, &r.CreatedAt, &r.SentAt, &r.LastError)
@@ -494,9 +487,7 @@ func (s Stats) OldestUnsentAge() time.Duration {
 }
 
 // ReadStats reads the outbox's depth and the age of its oldest unsent row.
-func ReadStats(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}) (Stats, error) {
+func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
 	var s Stats
 	if err := db.QueryRow(ctx, sqlStats).Scan(&s.Unsent, &s.OldestUnsent, &s.Sent, &s.Now); err != nil {
 		return Stats{}, fmt.Errorf("reading outbox stats: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -42,9 +43,7 @@ func (n planNode) reads(out map[string]float64) {
 	}
 }
 
-func explainAnalyze(t *testing.T, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, sql string, args ...any) map[string]float64 {
+func explainAnalyze(t *testing.T, q database.DB, sql string, args ...any) map[string]float64 {
 	t.Helper()
 	var out []byte
 	if err := q.QueryRow(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/defaults"
@@ -19,12 +19,6 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/tracing"
 )
-
-// DB is what the engine needs of the database: a *pgxpool.Pool.
-type DB interface {
-	crdbpgx.Conn
-	journal.DB
-}
 
 // Config tunes the engine. Zero values take the defaults.
 type Config struct {
@@ -111,7 +105,9 @@ type Item struct {
 
 // Engine processes journal entries. It is safe for concurrent use.
 type Engine struct {
-	db  DB
+	// db is a pool, not a database.DB: the engine runs Concurrency transactions at
+	// once, each begun with the options of txOptions.
+	db  *pgxpool.Pool
 	reg *Registry
 	cfg Config
 	m   *metrics.Metrics
@@ -128,7 +124,7 @@ type Engine struct {
 const maxChain = 1000
 
 // New builds an engine. m and log may be nil.
-func New(db DB, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger) *Engine {
+func New(db *pgxpool.Pool, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger) *Engine {
 	cfg = cfg.withDefaults()
 	if m == nil {
 		m = metrics.New()

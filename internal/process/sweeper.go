@@ -8,8 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
@@ -231,12 +230,9 @@ func (s *Sweeper) refreshParked(ctx context.Context) error {
 // repairHeads recomputes stale aggregate heads at the front of the due ones (see
 // journal.RepairStaleHeads): a safety net, logged when it finds any.
 func (s *Sweeper) repairHeads(ctx context.Context) {
-	pool, ok := s.e.db.(journal.TxDB)
-	if !ok {
-		return
-	}
-	if p, ok := pool.(*pgxpool.Pool); ok && s.e.cfg.CockroachDB {
-		pool = journal.SerializablePool{Pool: p} // explicit SERIALIZABLE, as txOptions
+	var pool database.DB = s.e.db
+	if s.e.cfg.CockroachDB {
+		pool = database.SerializablePool{Pool: s.e.db} // explicit SERIALIZABLE, as txOptions
 	}
 	n, err := journal.RepairStaleHeads(ctx, pool, 4*s.cfg.BatchSize)
 	switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -215,13 +216,8 @@ type Customer struct {
 	CreatedAt    time.Time `json:"createdAt"`
 }
 
-// Querier is what the read functions need: a pool, a connection or a transaction.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Get returns a customer by id (the registration event id).
-func Get(ctx context.Context, db Querier, id string) (Customer, bool, error) {
+func Get(ctx context.Context, db database.DB, id string) (Customer, bool, error) {
 	var c Customer
 	err := db.QueryRow(ctx, `
 		SELECT id::TEXT, jurisdiction, email, name, registered_at, created_at FROM customers WHERE id = $1`, id).
@@ -236,7 +232,7 @@ func Get(ctx context.Context, db Querier, id string) (Customer, bool, error) {
 }
 
 // Count returns the number of customers.
-func Count(ctx context.Context, db Querier) (int64, error) {
+func Count(ctx context.Context, db database.DB) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM customers`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting customers: %w", err)
@@ -244,16 +240,11 @@ func Count(ctx context.Context, db Querier) (int64, error) {
 	return n, nil
 }
 
-// Execer is what Migrate needs: a pool or a connection.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // Migrate creates the customers table, the demo's own; inboxd's schema knows nothing
 // of it. The statement is idempotent (IF NOT EXISTS), so it runs at every start of the
 // demo, and from two instances at once, without a migrations record; PostgreSQL and
 // CockroachDB accept it alike.
-func Migrate(ctx context.Context, db Execer) error {
+func Migrate(ctx context.Context, db database.DB) error {
 	_, err := db.Exec(ctx, `
 		CREATE TABLE IF NOT EXISTS customers (
 		    -- The registration event id: the business effect is keyed by the event that caused it.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 )
@@ -33,7 +34,7 @@ type Config struct {
 
 // Pruner deletes expired rows, one bounded batch per statement.
 type Pruner struct {
-	db  journal.DB
+	db  database.DB
 	cfg Config
 	log *slog.Logger
 	// passDone, when set, is called after each pass (tests wait on it).
@@ -46,7 +47,7 @@ type Stats struct {
 }
 
 // New returns a pruner; a nil logger discards.
-func New(db journal.DB, cfg Config, log *slog.Logger) *Pruner {
+func New(db database.DB, cfg Config, log *slog.Logger) *Pruner {
 	cfg.Interval = defaults.Or(cfg.Interval, defaults.RetentionInterval)
 	cfg.Batch = defaults.Or(cfg.Batch, defaults.RetentionBatch)
 	cfg.Pause = defaults.Or(cfg.Pause, defaults.RetentionPause)
@@ -93,7 +94,7 @@ func (p *Pruner) Pass(ctx context.Context) (Stats, error) {
 	var st Stats
 	for _, job := range []struct {
 		keep  time.Duration
-		prune func(context.Context, journal.DB, time.Duration, int) (int64, error)
+		prune func(context.Context, database.DB, time.Duration, int) (int64, error)
 		n     *int64
 	}{
 		{p.cfg.Journal, journal.PruneJournal, &st.Journal},

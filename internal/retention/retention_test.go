@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -26,7 +27,7 @@ func batch(t *testing.T, from, n int) journal.Batch {
 	return b
 }
 
-func counts(t *testing.T, db journal.DB) map[string]int {
+func counts(t *testing.T, db database.DB) map[string]int {
 	t.Helper()
 	c, err := journal.CountRows(context.Background(), db)
 	if err != nil {

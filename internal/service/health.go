@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
 )
@@ -21,7 +22,7 @@ import (
 // delivers, how far its resolved timestamp trails. /readyz reports what it finds, and
 // so does the inboxd_stalled metric.
 type monitor struct {
-	db         journal.DB
+	db         database.DB
 	m          *metrics.Metrics
 	ingest     func(stallAfter time.Duration) error
 	stallAfter time.Duration
@@ -35,7 +36,7 @@ type monitor struct {
 	lastProgress time.Time // when they last grew
 }
 
-func newMonitor(db journal.DB, m *metrics.Metrics, ingest func(time.Duration) error, stallAfter, grace time.Duration, feed bool, log *slog.Logger) *monitor {
+func newMonitor(db database.DB, m *metrics.Metrics, ingest func(time.Duration) error, stallAfter, grace time.Duration, feed bool, log *slog.Logger) *monitor {
 	return &monitor{db: db, m: m, ingest: ingest, stallAfter: stallAfter, grace: grace, feed: feed, log: log,
 		errs: map[string]error{}, lastProgress: time.Now()}
 }

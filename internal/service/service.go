@@ -31,10 +31,10 @@ import (
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/console"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/ingest"
-	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
@@ -350,7 +350,7 @@ func (s *Service) newAPI(stompCfg stompx.Config, publisher *stompx.Publisher, su
 	}
 	var apiPool api.Database = s.pool
 	if s.cockroach { // operator transactions begin SERIALIZABLE explicitly, as processing does
-		apiPool = journal.SerializablePool{Pool: s.pool}
+		apiPool = database.SerializablePool{Pool: s.pool}
 	}
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: apiPool, Publisher: publisher, Destination: cfg.Publish(), Extensions: s.routes,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
@@ -132,7 +133,7 @@ const DefaultMaxResolvedAhead = defaults.WebhookResolvedAhead
 type Handler struct {
 	cfg  Config
 	proc Processor
-	db   journal.DB
+	db   database.DB
 	m    *metrics.Metrics
 	log  *slog.Logger
 	auth [sha256.Size]byte
@@ -146,7 +147,7 @@ type Handler struct {
 }
 
 // New builds the handler. db stores the watermark; m and log may be nil.
-func New(cfg Config, proc Processor, db journal.DB, m *metrics.Metrics, log *slog.Logger) *Handler {
+func New(cfg Config, proc Processor, db database.DB, m *metrics.Metrics, log *slog.Logger) *Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // Watermark is a feed's latest resolved timestamp: every journal change committed at
@@ -27,7 +27,7 @@ type Watermark struct {
 // A recorded watermark more than DefaultMaxResolvedAhead past now is replaced too: it
 // can only have been forged (or stored before the handler ignored such values), and
 // kept, it would freeze the watermark for good.
-func StoreWatermark(ctx context.Context, db journal.DB, sink string, ts HLC) error {
+func StoreWatermark(ctx context.Context, db database.DB, sink string, ts HLC) error {
 	_, err := db.Exec(ctx, `
 		INSERT INTO feed_watermark (sink, resolved, resolved_at, updated_at)
 		VALUES ($1, $2, $3, now())
@@ -44,7 +44,7 @@ func StoreWatermark(ctx context.Context, db journal.DB, sink string, ts HLC) err
 
 // ReadWatermark returns the watermark of sink; found is false before the first
 // resolved message.
-func ReadWatermark(ctx context.Context, db journal.DB, sink string) (w Watermark, found bool, err error) {
+func ReadWatermark(ctx context.Context, db database.DB, sink string) (w Watermark, found bool, err error) {
 	var resolved string
 	err = db.QueryRow(ctx, `SELECT sink, resolved, updated_at FROM feed_watermark WHERE sink = $1`, sink).
 		Scan(&w.Sink, &resolved, &w.UpdatedAt)

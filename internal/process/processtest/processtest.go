@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
@@ -56,7 +57,7 @@ func Payload(s Spec) []byte {
 
 // Ingest journals the payloads, in order (so sequence_no follows the argument order),
 // and returns their ids.
-func Ingest(t testing.TB, db journal.DB, payloads ...[]byte) []string {
+func Ingest(t testing.TB, db database.DB, payloads ...[]byte) []string {
 	t.Helper()
 	var b journal.Batch
 	ids := make([]string, 0, len(payloads))
@@ -87,7 +88,7 @@ type Effects struct {
 }
 
 // NewEffects creates the test_effects table and returns the handler.
-func NewEffects(t testing.TB, db journal.DB) *Effects {
+func NewEffects(t testing.TB, db database.DB) *Effects {
 	t.Helper()
 	// No unique key on purpose: a second effect for one event must be visible, not refused.
 	if _, err := db.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS test_effects (
@@ -161,7 +162,7 @@ type Report struct {
 // Check asserts the exactly-once invariant: every PROCESSED effect event has exactly
 // one effect row, no other event has any, and each aggregate's effects were applied in
 // sequence_no order.
-func Check(t testing.TB, db journal.DB) Report {
+func Check(t testing.TB, db database.DB) Report {
 	t.Helper()
 	var r Report
 	var missing, orphan, disorder int
@@ -187,7 +188,7 @@ func Check(t testing.TB, db journal.DB) Report {
 }
 
 // check reads what Check asserts.
-func check(db journal.DB) (r Report, missing, orphan, disorder int, err error) {
+func check(db database.DB) (r Report, missing, orphan, disorder int, err error) {
 	ctx := context.Background()
 	r = Report{ByStatus: map[string]int{}}
 	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
@@ -231,7 +232,7 @@ func check(db journal.DB) (r Report, missing, orphan, disorder int, err error) {
 }
 
 // Status returns an entry's status and attempts.
-func Status(t testing.TB, db journal.DB, id string) (status string, attempts int, lastError string) {
+func Status(t testing.TB, db database.DB, id string) (status string, attempts int, lastError string) {
 	t.Helper()
 	var le *string
 	if err := testenv.ReadRetrying(func() error {
@@ -247,7 +248,7 @@ func Status(t testing.TB, db journal.DB, id string) (status string, attempts int
 }
 
 // CountStatus returns the number of entries in a status.
-func CountStatus(t testing.TB, db journal.DB, status string) int {
+func CountStatus(t testing.TB, db database.DB, status string) int {
 	t.Helper()
 	var n int64
 	err := testenv.ReadRetrying(func() (err error) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/webhook"
 )
@@ -47,7 +48,7 @@ import (
 // without key or topic (docs: cdc-queries).
 type Feed struct {
 	// DB is the journal the feed watches.
-	DB journal.DB
+	DB database.DB
 	// Sink posts the batches: its URLs, Client (whose Timeout is webhook_client_timeout)
 	// and AuthHeader; its Stats count every post.
 	Sink *Sink

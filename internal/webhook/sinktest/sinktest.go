@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/webhook"
 )
@@ -64,7 +65,7 @@ func Bare(after json.RawMessage, id, topic string, updated webhook.HLC) json.Raw
 
 // FromJournal renders the journal rows (all of them when ids is nil) as wrapped row
 // messages, with fresh updated timestamps from clock.
-func FromJournal(ctx context.Context, db journal.DB, ids []string, clock *Clock) ([]json.RawMessage, error) {
+func FromJournal(ctx context.Context, db database.DB, ids []string, clock *Clock) ([]json.RawMessage, error) {
 	rows, err := journal.RowsAsJSON(ctx, db, ids)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package journal_test
+package database_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestSerializablePoolBeginsSerializable(t *testing.T) {
 	db := testenv.NewDBWith(t, testenv.DBOptions{Isolation: "read committed"})
 	ctx := context.Background()
-	p := journal.SerializablePool{Pool: db.Pool}
+	p := database.SerializablePool{Pool: db.Pool}
 	for _, tt := range []struct {
 		name  string
 		begin func() (pgx.Tx, error)
