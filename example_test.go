@@ -13,7 +13,7 @@ import (
 // A handler for "order.placed" events: its insert commits in the same transaction that
 // marks the event PROCESSED, and ON CONFLICT makes a replay harmless.
 func Example() {
-	inboxd.Register("order.placed", inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
+	placeOrder := inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
 		var order struct {
 			Total int `json:"total"`
 		}
@@ -22,8 +22,9 @@ func Example() {
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, ev.ID, order.Total)
 		return err
-	}))
-	// In a real program: os.Exit(inboxd.Main())
+	})
+	// In a real program: c, err := inboxd.New(pool, cfg); c.Handle("order.placed", placeOrder); c.Run(ctx)
+	_ = placeOrder
 	fmt.Println("registered")
 	// Output: registered
 }
@@ -31,14 +32,15 @@ func Example() {
 // A handler that emits an event: the outbox row commits with the event's effect and its
 // PROCESSED status, and the relay publishes it afterwards, with header outbox-id.
 func ExampleEmit() {
-	inboxd.Register("order.paid", inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
+	payOrder := inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
 		_, err := inboxd.Emit(ctx, tx, inboxd.Outgoing{
 			Destination: "/queue/shipping-requests",
 			Body:        ev.Payload,
 			Headers:     map[string]string{"content-type": "application/json", "event-type": "shipping.requested"},
 		})
 		return err
-	}))
+	})
+	_ = payOrder // c.Handle("order.paid", payOrder)
 	fmt.Println("registered")
 	// Output: registered
 }

@@ -13,11 +13,12 @@
 //	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown, and nil
 //
 // A one-file program can instead register handlers and hand control to the inboxd
-// command line (serve, migrate, changefeed, …):
+// command line (serve, migrate, changefeed, …), package
+// github.com/inboxd/inboxd/cmd/inboxd/inboxdcli, which this package does not link:
 //
 //	func main() {
-//		inboxd.Register("order.placed", inboxd.HandlerFunc(placeOrder))
-//		os.Exit(inboxd.Main())
+//		inboxdcli.Register("order.placed", inboxd.HandlerFunc(placeOrder))
+//		os.Exit(inboxdcli.Main())
 //	}
 //
 // A handler gets the transaction and the event. It must do its database work in tx
@@ -30,22 +31,11 @@ package inboxd
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/inboxd/inboxd/internal/api"
-	"github.com/inboxd/inboxd/internal/cli"
-	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
-	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // Event is what a handler sees of a journal entry.
@@ -63,30 +53,10 @@ var ErrRejected = process.ErrRejected
 // Reject marks err as a business rejection: the event becomes REJECTED, not retried.
 func Reject(err error) error { return process.Reject(err) }
 
-// handlers is what Register fills and Main's "serve" processes with: the one-file
-// path's registry, like net/http's DefaultServeMux. A Client has its own.
-var handlers = process.NewRegistry()
-
-// Register adds (or replaces) the handler of an event type for Main, with options such
-// as WithRetryPolicy. With -demo, Main adds the demo's "registration" handler unless one
-// is registered for that type.
-func Register(eventType string, h Handler, opts ...HandleOption) {
-	applyOptions(handlers, eventType, opts)
-	handlers.Replace(eventType, h)
-}
-
-// HandleOption configures how the events of one type are handled (Client.Handle,
-// Register). An option stays set until given again.
+// HandleOption configures how the events of one type are handled (Client.Handle). An
+// option stays set until given again.
 type HandleOption struct {
 	apply func(reg *process.Registry, eventType string)
-}
-
-func applyOptions(reg *process.Registry, eventType string, opts []HandleOption) {
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(reg, eventType)
-		}
-	}
 }
 
 // RetryPolicy is the recoverability policy of an event type: immediate retries, then
@@ -101,42 +71,6 @@ type RetryPolicy = process.RetryPolicy
 //	c.Handle("order.placed", h, inboxd.WithRetryPolicy(inboxd.RetryPolicy{MaxAttempts: 3}))
 func WithRetryPolicy(p RetryPolicy) HandleOption {
 	return HandleOption{apply: func(reg *process.Registry, eventType string) { reg.SetRetryPolicy(eventType, p) }}
-}
-
-// RunOnDead is Client.RunOnDead for Main's handlers.
-func RunOnDead(eventType string) { handlers.RunOnDead(eventType) }
-
-// Main runs the inboxd command line (serve, migrate, changefeed, …) with os.Args and
-// returns the exit code. Its "serve" is a Client over the pool the command line opens,
-// with the handlers given to Register.
-func Main() int {
-	return cli.Main(os.Args[1:], os.Stdout, os.Stderr, cli.Options{Handlers: handlers, Serve: serve})
-}
-
-// serve is the command line's "serve": the command line has parsed the settings, waited
-// for the database, migrated it and opened pool, which stays its own.
-//
-// Its tracing is configured by the standard OTEL_* variables only (tracing.FromEnv):
-// with no OTLP exporter named there, spans are neither recorded nor exported.
-func serve(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) (err error) {
-	tp, shutdown, err := tracing.FromEnv(ctx, os.Getenv)
-	if err != nil {
-		return fmt.Errorf("configuring tracing: %w", err)
-	}
-	if _, off := tp.(noop.TracerProvider); !off {
-		// Global too, so that a handler's own otel.Tracer spans are exported with inboxd's.
-		otel.SetTracerProvider(tp)
-		log.Info("tracing: exporting spans over OTLP (OTEL_* variables)")
-	}
-	defer func() {
-		// Bounded: a collector that is down must not hold the exit.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if serr := shutdown(sctx); serr != nil {
-			log.Warn("flushing spans at exit", "err", serr)
-		}
-	}()
-	return (&Client{pool: pool, cfg: cfg, log: log, reg: reg, routes: routes, tp: tp}).Run(ctx)
 }
 
 // Outgoing is a message a handler emits: Destination ("/queue/x" or "/topic/x"), Body,

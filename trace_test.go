@@ -1,4 +1,4 @@
-package inboxd
+package inboxd_test
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -166,14 +166,14 @@ func traceRoundTrip(t *testing.T, broker, in, out string, recv *otlpReceiver, wa
 }
 
 // emitTo is the handler of both tests: it emits one message to out, in its trace.
-func emitTo(out string) Handler {
-	return HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev Event) error {
-		_, err := Emit(ctx, tx, Outgoing{Destination: out, Body: fmt.Appendf(nil, `{"id":%q}`, message.NewID())})
+func emitTo(out string) inboxd.Handler {
+	return inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
+		_, err := inboxd.Emit(ctx, tx, inboxd.Outgoing{Destination: out, Body: fmt.Appendf(nil, `{"id":%q}`, message.NewID())})
 		return err
 	})
 }
 
-// A program's Client with its own TracerProvider (OTLP over HTTP) exports one trace
+// A program's inboxd.Client with its own TracerProvider (OTLP over HTTP) exports one trace
 // from the publisher's traceparent through processing to the emitted message.
 func TestClientExportsOneTrace(t *testing.T) {
 	db := testenv.NewDB(t)
@@ -186,7 +186,7 @@ func TestClientExportsOneTrace(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	c, err := New(db.Pool, Config{StompAddr: broker, Destinations: []string{in}, Logger: quietLogger(),
+	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: broker, Destinations: []string{in}, Logger: quietLogger(),
 		DisableHTTP: true, DisableWebhook: true, TracerProvider: tp, ShutdownTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -209,11 +209,10 @@ func TestServeExportsOneTrace(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "inboxd-under-test")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	reg := process.NewRegistry()
-	reg.Register("order.traced", emitTo(out))
+	handle := func(c *inboxd.Client) { c.Handle("order.traced", emitTo(out)) }
 	args := []string{"serve", "-database-url", db.URL, "-stomp-addr", broker, "-destination", in,
 		"-http-addr", "", "-webhook-addr", "", "-cert-dir", t.TempDir(), "-log-level", "warn"}
-	stop := startMain(t, args, reg)
+	stop := startMain(t, args, handle)
 	traceRoundTrip(t, broker, in, out, recv, "inboxd-under-test", nil)
 	stop()
 }

@@ -5,9 +5,9 @@ package main
 import (
 	"os"
 
-	"github.com/inboxd/inboxd"
+	"github.com/inboxd/inboxd/cmd/inboxd/inboxdcli"
 )
 
 func main() {
-	os.Exit(inboxd.Main())
+	os.Exit(inboxdcli.Main())
 }

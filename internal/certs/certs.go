@@ -466,3 +466,17 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// WebhookToken is the token the webhook demands and the changefeed sends: token when
+// set (INBOXD_WEBHOOK_TOKEN), else the secret kept in dir, generated on first use
+// (created reports that). The webhook is never open.
+func WebhookToken(token, dir string) (_ string, created bool, _ error) {
+	if token != "" {
+		return token, false, nil
+	}
+	token, created, err := Secret(dir, WebhookTokenFile)
+	if err != nil {
+		return "", false, fmt.Errorf("INBOXD_WEBHOOK_TOKEN is empty and the generated token in INBOXD_CERT_DIR is unusable (set the variable, or fix the file): %w", err)
+	}
+	return token, created, nil
+}

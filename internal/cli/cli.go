@@ -13,8 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/internal/process"
 )
 
 // command is one subcommand. run gets a context that is cancelled on the first
@@ -33,11 +33,9 @@ type env struct {
 
 // Options are what the program running the command line brings.
 type Options struct {
-	// Handlers are the event handlers "serve" processes with; -demo adds the demo's
-	// registration handler unless one is registered for its type.
-	Handlers *process.Registry
-	// Serve runs inboxd for "serve" (inboxd.Main gives its Client's); nil, "serve" fails.
-	Serve Server
+	// Handle gives "serve"'s Client the program's event handlers; -demo then adds the
+	// demo's registration handler unless one handles its type.
+	Handle func(*inboxd.Client)
 }
 
 var commands = map[string]command{}

@@ -3,53 +3,42 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/config"
-
 	"github.com/inboxd/inboxd/internal/journal"
-
-	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/service"
+	"github.com/inboxd/inboxd/internal/tracing"
+	"github.com/inboxd/inboxd/schema"
 )
 
 func init() {
 	commands["serve"] = command{summary: "run inboxd: STOMP ingest, changefeed webhook, retry sweeper and REST API", run: runServe}
 }
 
-// Server runs inboxd over pool until ctx is cancelled, with the handlers of reg and the
-// API routes given: the root package's Client, which this package cannot import. The
-// pool stays the caller's.
-type Server func(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, reg *process.Registry, log *slog.Logger, routes []api.Extension) error
-
 func runServe(ctx context.Context, e *env, args []string) error {
 	cfg, _, err := parseFlags(e, "serve", "[flags]", args, nil)
 	if err != nil {
 		return err
 	}
-	if e.opts.Serve == nil {
-		return errors.New("this program cannot serve: run it through inboxd.Main")
-	}
 	log := cfg.Logger(e.stderr)
 	if _, err := cfg.ConnConfig(); err != nil {
 		return err // a malformed URL or password file: waiting will not fix it
 	}
-	reg := e.opts.Handlers
-	if reg == nil {
-		reg = process.NewRegistry()
-	}
-	var routes []api.Extension
 	if cfg.Demo {
 		// The demo is the command line's, never the core's.
-		routes = registration.Wire(cfg, reg)
+		registration.Configure(&cfg.Config)
 	}
 	// Wait for the database (create it, migrate), each try logged, instead of exiting:
 	// inboxd started before its database, or during an outage, comes up once it answers.
@@ -58,7 +47,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	for {
 		err := ensureDatabase(ctx, cfg)
 		if err == nil {
-			pool, err = service.OpenPool(ctx, cfg, log)
+			pool, err = openServePool(ctx, cfg, log)
 		}
 		if err == nil && cfg.Demo {
 			if err = registration.Migrate(ctx, pool); err != nil {
@@ -80,7 +69,68 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	defer pool.Close()
-	return e.opts.Serve(ctx, pool, cfg, reg, log, routes)
+	return serve(ctx, e, pool, cfg, log)
+}
+
+// serve runs a Client over pool with the program's handlers (Options.Handle) and, with
+// -demo, the demo's.
+//
+// Its tracing is configured by the standard OTEL_* variables only (tracing.FromEnv):
+// with no OTLP exporter named there, spans are neither recorded nor exported.
+func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) (err error) {
+	tp, shutdown, err := tracing.FromEnv(ctx, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("configuring tracing: %w", err)
+	}
+	if _, off := tp.(noop.TracerProvider); !off {
+		// Global too, so that a handler's own otel.Tracer spans are exported with inboxd's.
+		otel.SetTracerProvider(tp)
+		log.Info("tracing: exporting spans over OTLP (OTEL_* variables)")
+	}
+	defer func() {
+		// Bounded: a collector that is down must not hold the exit.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if serr := shutdown(sctx); serr != nil {
+			log.Warn("flushing spans at exit", "err", serr)
+		}
+	}()
+	lib := cfg.Config
+	lib.Logger, lib.TracerProvider = log, tp
+	c, err := inboxd.New(pool, lib)
+	if err != nil {
+		return err
+	}
+	if e.opts.Handle != nil {
+		e.opts.Handle(c)
+	}
+	if cfg.Demo {
+		ctx = registration.Wire(c)(ctx)
+	}
+	return c.Run(ctx)
+}
+
+// openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize)
+// and applies inboxd's migrations. The caller closes the pool.
+func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
+	pc, err := cfg.PoolConfig()
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = max(pc.MaxConns, cfg.MinPoolSize())
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	applied, err := schema.Migrate(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrating (is the database reachable? run inboxd migrate for details): %w", err)
+	}
+	for _, name := range applied {
+		log.Info("applied migration", "name", name)
+	}
+	return pool, nil
 }
 
 // retryableAtStart reports whether serve should wait and try again: the database is

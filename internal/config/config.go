@@ -3,6 +3,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,36 +13,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/defaults"
-	"github.com/inboxd/inboxd/internal/journal"
-	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
-// Config is every setting of inboxd.
+// Config is every setting of the command line: the library's (inboxd.Config, the same
+// fields a program embedding inboxd sets) and the command line's own, which a library
+// caller gives another way (a pool for the URL, a logger for the format and level,
+// values for the secret files).
 type Config struct {
+	inboxd.Config
+
 	DatabaseURL string
-
-	StompAddr     string
-	StompLogin    string
-	StompPasscode string
-	Destinations  []string
-	// PublishDestination is where the API publishes (the demo's POST /registration);
-	// empty means Destinations[0].
-	PublishDestination string
-	ClientID           string
-	SubscriptionName   string
-	NonDurableTopics   bool
-
-	// Broker TLS (see stompx.TLSFiles); loaded by Validate into StompTLSConfig.
-	StompTLS             bool
-	StompCAFile          string
-	StompServerName      string
-	StompCertFile        string
-	StompKeyFile         string
-	StompTLSInsecureSkip bool
-	StompTLSConfig       *stompx.TLS // nil when StompTLS is off
 
 	// Secrets from files (Docker/Kubernetes *_FILE convention), read once by Validate
 	// into StompPasscode, DatabasePassword, AdminToken and WebhookToken.
@@ -52,63 +37,36 @@ type Config struct {
 	WebhookTokenFile     string
 	secretsLoaded        bool
 
-	HTTPAddr   string
-	AdminToken string
-	ReadToken  string
-
-	WebhookAddr  string
-	WebhookToken string
-	WebhookURL   string // where the changefeed posts: webhook-https://host:port/path
-	CertDir      string
-	CertFile     string
-	KeyFile      string
-	CertHosts    []string
-
-	BatchSize        int
-	BatchLinger      time.Duration
-	CommitsInFlight  int
-	Prefetch         int
-	AckMode          string
-	MaxBodyBytes     int
-	MaxInflightBytes int
-	DefaultEventType string
-	// IDSource says where a message's event id is read from (message.ParseIDSource):
-	// payload:FIELD or header:NAME. CloudEvents are keyed by source and id whatever it says.
-	IDSource string
-	// MaxStatementBytes bounds one SQL statement carrying message bytes, parameters
-	// included: CockroachDB refuses a client message over 16 MiB (package sqlbound).
-	MaxStatementBytes int
+	// StompTLSConfig is what Validate loads from the Stomp* TLS files; nil when StompTLS
+	// is off.
+	StompTLSConfig *stompx.TLS
 
 	// Demo wires in the demo (package registration): the command line's business, never
 	// the library's.
 	Demo bool
 
-	Concurrency      int
-	ImmediateRetries int
-	MaxAttempts      int
-	RetryBaseDelay   time.Duration
-	RetryMaxDelay    time.Duration
-	ProcessBatchSize int
-	HandlerTimeout   time.Duration
-	// WebhookProcessTimeout bounds the processing of one changefeed batch, which runs
-	// detached from the sink's request (webhook.Config.ProcessTimeout).
-	WebhookProcessTimeout time.Duration
-	SweepInterval         time.Duration
-	SweepGrace            time.Duration
-
-	Retention           time.Duration // PROCESSED and REJECTED journal entries; 0 keeps them forever
-	QuarantineRetention time.Duration // quarantine rows; 0 keeps them forever
-	OutboxPollInterval  time.Duration
-	OutboxBatchSize     int
-	OutboxLease         time.Duration
-	OutboxRetention     time.Duration
-
-	ShutdownTimeout time.Duration
-	StallAfter      time.Duration
-	LogFormat       string
-	LogLevel        string
+	LogFormat string
+	LogLevel  string
 
 	envErrs []string // environment values that did not parse, reported by Validate
+
+	// The flags whose 0 means "none" or "forever", where the library's zero means the
+	// default and a negative value "none" or "forever": toLibrary translates them.
+	immediateRetries               int
+	retention, quarantineRetention time.Duration
+}
+
+// toLibrary sets the library's fields from the flags that mean something else by 0.
+func (c *Config) toLibrary() {
+	c.ImmediateRetries, c.Retention, c.QuarantineRetention = c.immediateRetries, c.retention, c.quarantineRetention
+	if c.ImmediateRetries == 0 {
+		c.ImmediateRetries = -1
+	}
+	for _, d := range []*time.Duration{&c.Retention, &c.QuarantineRetention} {
+		if *d == 0 {
+			*d = -1
+		}
+	}
 }
 
 // setting is one flag with its environment variable.
@@ -154,6 +112,10 @@ func settings(c *Config) []setting {
 			return nil
 		}
 	}
+	// An empty address turns the part off.
+	addr := func(p *string, off *bool) func(string) error {
+		return func(v string) error { *p, *off = v, v == ""; return nil }
+	}
 	dur := func(p *time.Duration) func(string) error {
 		return func(v string) error {
 			d, err := time.ParseDuration(v)
@@ -165,7 +127,7 @@ func settings(c *Config) []setting {
 		}
 	}
 	return []setting{
-		{"database-url", "INBOXD_DATABASE_URL", "PostgreSQL or CockroachDB connection URL", "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable", str(&c.DatabaseURL)},
+		{"database-url", "INBOXD_DATABASE_URL", "PostgreSQL or CockroachDB connection URL", defaults.DatabaseURL, str(&c.DatabaseURL)},
 		{"database-password-file", "INBOXD_DATABASE_PASSWORD_FILE", "file holding the database password, used instead of one in the URL (not world-readable)", "", str(&c.DatabasePasswordFile)},
 		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", defaults.StompAddr, str(&c.StompAddr)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
@@ -182,11 +144,11 @@ func settings(c *Config) []setting {
 		{"client-id", "INBOXD_CLIENT_ID", "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application", defaults.ClientID, str(&c.ClientID)},
 		{"subscription-name", "INBOXD_SUBSCRIPTION_NAME", "durable topic subscriptions: activemq.subscriptionName. Keep it stable", defaults.SubscriptionName, str(&c.SubscriptionName)},
 		{"non-durable-topics", "INBOXD_NON_DURABLE_TOPICS", "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected", "false", boolean(&c.NonDurableTopics)},
-		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", defaults.HTTPAddr, str(&c.HTTPAddr)},
+		{"http-addr", "INBOXD_HTTP_ADDR", "REST API listen address", defaults.HTTPAddr, addr(&c.HTTPAddr, &c.DisableHTTP)},
 		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)", "", str(&c.AdminToken)},
 		{"admin-token-file", "INBOXD_ADMIN_TOKEN_FILE", "file holding the admin token (not world-readable)", "", str(&c.AdminTokenFile)},
 		{"read-token", "INBOXD_READ_TOKEN", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)", "", str(&c.ReadToken)},
-		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", defaults.WebhookAddr, str(&c.WebhookAddr)},
+		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", defaults.WebhookAddr, addr(&c.WebhookAddr, &c.DisableWebhook)},
 		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses", "", str(&c.WebhookToken)},
 		{"webhook-token-file", "INBOXD_WEBHOOK_TOKEN_FILE", "file holding the webhook token (not world-readable)", "", str(&c.WebhookTokenFile)},
 		{"webhook-url", "INBOXD_WEBHOOK_URL", "sink URL the changefeed posts to", defaults.WebhookURL, str(&c.WebhookURL)},
@@ -207,7 +169,7 @@ func settings(c *Config) []setting {
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(defaults.Concurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
-		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.ImmediateRetries)},
+		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.immediateRetries)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "recorded handler attempts before an event is DEAD", strconv.Itoa(defaults.MaxAttempts), num(&c.MaxAttempts)},
 		{"retry-base-delay", "INBOXD_RETRY_BASE_DELAY", "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%", short(defaults.RetryBaseDelay), dur(&c.RetryBaseDelay)},
 		{"retry-max-delay", "INBOXD_RETRY_MAX_DELAY", "longest delay between two attempts", short(defaults.RetryMaxDelay), dur(&c.RetryMaxDelay)},
@@ -216,16 +178,16 @@ func settings(c *Config) []setting {
 		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", short(defaults.WebhookProcessTimeout), dur(&c.WebhookProcessTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", short(defaults.SweepInterval), dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", short(time.Duration(defaults.SweepGrace)), dur(&c.SweepGrace)},
-		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", short(defaults.Retention), dur(&c.Retention)},
-		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", short(defaults.QuarantineRetention), dur(&c.QuarantineRetention)},
+		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", short(defaults.Retention), dur(&c.retention)},
+		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", short(defaults.QuarantineRetention), dur(&c.quarantineRetention)},
 		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", short(defaults.OutboxPollInterval), dur(&c.OutboxPollInterval)},
 		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", strconv.Itoa(defaults.OutboxBatchSize), num(&c.OutboxBatchSize)},
 		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", short(defaults.OutboxLease), dur(&c.OutboxLease)},
 		{"outbox-retention", "INBOXD_OUTBOX_RETENTION", "how long sent outbox messages are kept before deletion", short(defaults.OutboxRetention), dur(&c.OutboxRetention)},
 		{"shutdown-timeout", "INBOXD_SHUTDOWN_TIMEOUT", "how long a graceful shutdown may take", short(defaults.ShutdownTimeout), dur(&c.ShutdownTimeout)},
 		{"stall-after", "INBOXD_STALL_AFTER", "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing", short(defaults.StallAfter), dur(&c.StallAfter)},
-		{"log-format", "INBOXD_LOG_FORMAT", "text or json", "text", str(&c.LogFormat)},
-		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", "info", str(&c.LogLevel)},
+		{"log-format", "INBOXD_LOG_FORMAT", "text or json", defaults.LogFormat, str(&c.LogFormat)},
+		{"log-level", "INBOXD_LOG_LEVEL", "debug, info, warn or error", defaults.LogLevel, str(&c.LogLevel)},
 	}
 }
 
@@ -265,9 +227,9 @@ func Register(fs *flag.FlagSet) *Config {
 	return c
 }
 
-// Defaults returns a Config holding every setting's built-in default, from the same
-// table as the flags, without reading the environment: the library (package inboxd)
-// fills the fields its caller leaves zero from it.
+// Defaults returns a Config holding every setting's built-in default, from the table of
+// flags, without reading the environment (TestDefaultsAgree holds it equal to the
+// library's inboxd.Config{}.WithDefaults()).
 func Defaults() *Config {
 	c := &Config{}
 	for _, s := range settings(c) {
@@ -275,26 +237,47 @@ func Defaults() *Config {
 			panic("config: bad built-in default of " + s.flag + ": " + err.Error()) // a bug in the table
 		}
 	}
+	c.toLibrary()
 	return c
 }
 
-// MaxBatchSize is journal.SequenceBlock: one ingest batch numbers its rows inside one
-// block of the journal sequence (TestMaxBatchSizeIsSequenceBlock keeps them equal).
-const MaxBatchSize = 65536
-
-// Validate reports settings that cannot work.
+// Validate reports settings that cannot work: the command line's own, then the
+// library's (inboxd.Config.Validate), in one error.
 func (c *Config) Validate() error {
 	var problems []string
 	problems = append(problems, c.envErrs...)
 	// Secrets first: checks below (and callers) see the values read from files.
 	problems = append(problems, c.loadSecrets()...)
-	problems = append(problems, c.loadStompTLS()...)
 	if c.DatabaseURL == "" {
 		problems = append(problems, "database-url is empty")
 	}
 	if len(c.Destinations) == 0 {
 		problems = append(problems, "destination is empty")
 	}
+	// Zero means the default to the library; given as a flag it is a mistake.
+	for _, v := range []struct {
+		name  string
+		value int64
+	}{
+		{"commits-in-flight", int64(c.CommitsInFlight)}, {"stall-after", int64(c.StallAfter)},
+		{"shutdown-timeout", int64(c.ShutdownTimeout)}, {"concurrency", int64(c.Concurrency)},
+		{"max-attempts", int64(c.MaxAttempts)}, {"outbox-poll-interval", int64(c.OutboxPollInterval)},
+		{"outbox-batch-size", int64(c.OutboxBatchSize)}, {"outbox-retention", int64(c.OutboxRetention)},
+		{"process-batch-size", int64(c.ProcessBatchSize)},
+	} {
+		if v.value <= 0 {
+			problems = append(problems, v.name+" must be positive")
+		}
+	}
+	if c.immediateRetries < 0 {
+		problems = append(problems, "immediate-retries must be at least 0")
+	}
+	for name, d := range map[string]time.Duration{"retention": c.retention, "quarantine-retention": c.quarantineRetention} {
+		if d < 0 {
+			problems = append(problems, fmt.Sprintf("%s %s: want 0 or a whole number of seconds, at least 1s", name, d))
+		}
+	}
+	// The library takes an empty name for its default; given as a flag, it is a mistake.
 	for _, d := range c.Destinations {
 		if strings.HasPrefix(d, "/topic/") && !c.NonDurableTopics && (c.ClientID == "" || c.SubscriptionName == "") {
 			problems = append(problems, fmt.Sprintf("destination %s is a topic and client-id or subscription-name is empty: "+
@@ -303,111 +286,31 @@ func (c *Config) Validate() error {
 				"/queue/Consumer.<app>.VirtualTopic.<name>, or accept the loss with -non-durable-topics", d))
 		}
 	}
-	for _, v := range []struct{ name, value string }{{"client-id", c.ClientID}, {"subscription-name", c.SubscriptionName}} {
-		if v.value != "" && !validName(v.value) {
-			problems = append(problems, fmt.Sprintf("%s %q: use 1 to 100 letters, digits, '.', '_', ':' or '-'", v.name, v.value))
-		}
-	}
-	if c.PublishDestination != "" && !strings.HasPrefix(c.PublishDestination, "/queue/") && !strings.HasPrefix(c.PublishDestination, "/topic/") {
-		problems = append(problems, fmt.Sprintf("publish-destination %q: want /queue/… or /topic/…", c.PublishDestination))
-	}
-	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
-		problems = append(problems, fmt.Sprintf("batch-size must be between 1 and %d", MaxBatchSize))
-	}
-	if c.CommitsInFlight < 1 {
-		problems = append(problems, "commits-in-flight must be at least 1")
-	}
-	if c.Prefetch <= c.BatchSize {
-		problems = append(problems, fmt.Sprintf("prefetch (%d) must exceed batch-size (%d), or batches never fill", c.Prefetch, c.BatchSize))
-	}
-	if c.AckMode != "client" && c.AckMode != "client-individual" {
-		problems = append(problems, fmt.Sprintf("ack-mode %q: want client or client-individual", c.AckMode))
-	}
-	if err := journal.CheckBodyBound(c.MaxBodyBytes, c.MaxStatementBytes); err != nil {
-		problems = append(problems, strings.ReplaceAll(err.Error(), "max body bytes", "max-body-bytes"))
-	}
-	if _, err := message.ParseIDSource(c.IDSource); err != nil {
-		problems = append(problems, err.Error())
-	}
-	if c.MaxInflightBytes < c.MaxBodyBytes {
-		problems = append(problems, fmt.Sprintf("max-inflight-bytes (%d) must be at least max-body-bytes (%d)", c.MaxInflightBytes, c.MaxBodyBytes))
-	}
-	if c.StallAfter <= 0 {
-		problems = append(problems, "stall-after must be positive")
-	}
-	if c.ShutdownTimeout <= 0 {
-		problems = append(problems, "shutdown-timeout must be positive")
-	}
-	if c.Concurrency < 1 {
-		problems = append(problems, "concurrency must be at least 1")
-	}
-	if c.MaxAttempts < 1 {
-		problems = append(problems, "max-attempts must be at least 1")
-	}
-	if c.ImmediateRetries < 0 {
-		problems = append(problems, "immediate-retries must be at least 0")
-	}
-	if c.RetryBaseDelay < time.Millisecond {
-		problems = append(problems, "retry-base-delay must be at least 1ms")
-	}
-	if c.RetryMaxDelay < c.RetryBaseDelay {
-		problems = append(problems, fmt.Sprintf("retry-max-delay (%s) must be at least retry-base-delay (%s)", c.RetryMaxDelay, c.RetryBaseDelay))
-	}
-	for name, d := range map[string]time.Duration{"retention": c.Retention, "quarantine-retention": c.QuarantineRetention} {
-		// Row-level TTL on CockroachDB takes whole seconds.
-		if d != 0 && (d < time.Second || d%time.Second != 0) {
-			problems = append(problems, fmt.Sprintf("%s %s: want 0 or a whole number of seconds, at least 1s", name, d))
-		}
-	}
-	if c.OutboxPollInterval <= 0 {
-		problems = append(problems, "outbox-poll-interval must be positive")
-	}
-	if c.OutboxBatchSize < 1 {
-		problems = append(problems, "outbox-batch-size must be at least 1")
-	}
-	if c.OutboxLease < time.Second {
-		problems = append(problems, "outbox-lease must be at least 1s")
-	}
-	if c.OutboxRetention <= 0 {
-		problems = append(problems, "outbox-retention must be positive")
-	}
-	if c.ProcessBatchSize < 1 {
-		problems = append(problems, "process-batch-size must be at least 1")
-	}
-	if c.HandlerTimeout < time.Millisecond {
-		problems = append(problems, "handler-timeout must be at least 1ms")
-	}
-	if c.WebhookProcessTimeout < c.HandlerTimeout {
-		problems = append(problems, fmt.Sprintf("webhook-process-timeout (%s) must be at least handler-timeout (%s): a batch must outlast one handler that runs to its timeout, or it is cancelled at every delivery",
-			c.WebhookProcessTimeout, c.HandlerTimeout))
-	}
+	c.toLibrary()
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		problems = append(problems, fmt.Sprintf("log-format %q: want text or json", c.LogFormat))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		problems = append(problems, err.Error())
 	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		problems = append(problems, "cert-file and key-file go together")
+	if err := c.Config.Validate(); err != nil {
+		var ce *inboxd.ConfigError
+		if !errors.As(err, &ce) {
+			return err
+		}
+		problems = append(problems, ce.Problems...)
+	}
+	if len(problems) == 0 && c.StompTLS && c.StompTLSConfig == nil {
+		t, err := stompx.LoadTLS(c.stompTLSFiles())
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		c.StompTLSConfig = t
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+		return &inboxd.ConfigError{Problems: problems}
 	}
 	return nil
-}
-
-// validName bounds a client id or subscription name: the broker keys durable
-// subscriptions by them, and operators type them.
-func validName(s string) bool {
-	if len(s) > 100 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:-", r)) {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // Publish is where POST /registration publishes.
@@ -426,18 +329,10 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// WebhookAuthToken is the token the webhook demands and the changefeed sends:
-// INBOXD_WEBHOOK_TOKEN, else the secret kept in the certificate directory, generated on
-// first use (created reports that). The webhook is never open.
+// WebhookAuthToken is the token the webhook demands and the changefeed sends
+// (certs.WebhookToken).
 func (c *Config) WebhookAuthToken() (token string, created bool, err error) {
-	if c.WebhookToken != "" {
-		return c.WebhookToken, false, nil
-	}
-	token, created, err = certs.Secret(c.CertDir, certs.WebhookTokenFile)
-	if err != nil {
-		return "", false, fmt.Errorf("INBOXD_WEBHOOK_TOKEN is empty and the generated token in INBOXD_CERT_DIR is unusable (set the variable, or fix the file): %w", err)
-	}
-	return token, created, nil
+	return certs.WebhookToken(c.WebhookToken, c.CertDir)
 }
 
 // Logger builds the logger the settings ask for.

@@ -76,7 +76,7 @@ func TestConfig(t *testing.T) {
 		{name: "retry policy from the environment", env: map[string]string{"INBOXD_IMMEDIATE_RETRIES": "0", "INBOXD_RETRY_MAX_DELAY": "1h"},
 			args: []string{"-max-attempts", "25"},
 			check: func(c *Config) bool {
-				return c.ImmediateRetries == 0 && c.RetryMaxDelay == time.Hour && c.MaxAttempts == 25
+				return c.ImmediateRetries < 0 && c.RetryMaxDelay == time.Hour && c.MaxAttempts == 25 // the library's "none"
 			}},
 		{name: "retry max below base", args: []string{"-retry-base-delay", "1m", "-retry-max-delay", "10s"}, wantErr: "retry-max-delay (10s) must be at least retry-base-delay (1m0s)"},
 		{name: "negative immediate retries", args: []string{"-immediate-retries", "-1"}, wantErr: "immediate-retries must be at least 0"},

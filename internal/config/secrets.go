@@ -108,44 +108,12 @@ func urlHasPassword(dsn string) bool {
 	return dsnPassword.MatchString(dsn)
 }
 
-// loadStompTLS checks the broker TLS settings and reads their files once.
-func (c *Config) loadStompTLS() []string {
-	if !c.StompTLS {
-		var set []string
-		for _, s := range []struct{ name, v string }{
-			{"stomp-ca-file", c.StompCAFile}, {"stomp-server-name", c.StompServerName},
-			{"stomp-cert-file", c.StompCertFile}, {"stomp-key-file", c.StompKeyFile},
-		} {
-			if s.v != "" {
-				set = append(set, s.name)
-			}
-		}
-		if c.StompTLSInsecureSkip {
-			set = append(set, "stomp-tls-insecure-skip-verify")
-		}
-		if len(set) > 0 {
-			// A TLS setting without TLS is a mistake that would otherwise send the
-			// passcode and every message in clear: refuse it.
-			return []string{fmt.Sprintf("%s set but stomp-tls is off; set INBOXD_STOMP_TLS=true (inboxd never falls back to plaintext)",
-				strings.Join(set, ", "))}
-		}
-		return nil
-	}
-	if c.StompTLSConfig != nil {
-		return nil
-	}
-	if c.StompTLSInsecureSkip && c.StompCAFile != "" {
-		return []string{"stomp-tls-insecure-skip-verify makes stomp-ca-file pointless; drop one"}
-	}
-	t, err := stompx.LoadTLS(stompx.TLSFiles{
+// stompTLSFiles are the broker TLS settings (inboxd.Config.Validate checks them).
+func (c *Config) stompTLSFiles() stompx.TLSFiles {
+	return stompx.TLSFiles{
 		CAFile: c.StompCAFile, ServerName: c.StompServerName,
 		CertFile: c.StompCertFile, KeyFile: c.StompKeyFile, InsecureSkipVerify: c.StompTLSInsecureSkip,
-	})
-	if err != nil {
-		return []string{err.Error()}
 	}
-	c.StompTLSConfig = t
-	return nil
 }
 
 // Stomp is how every part of inboxd reaches the broker (ingest, the publisher, the

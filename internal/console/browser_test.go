@@ -23,12 +23,11 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/console"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -331,25 +330,24 @@ func newFixture(t *testing.T, chromium string) *fixture {
 	addr := testenv.FreeAddr(t)
 	f.base = "http://" + addr
 	broken.Store(true)
-	cfg := &config.Config{
-		DatabaseURL: f.db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
+	cfg := &inboxd.Config{
+		StompAddr: testenv.Broker(t), Destinations: []string{queue},
 		HTTPAddr: addr, AdminToken: adminToken, BatchSize: 100, BatchLinger: 5 * time.Millisecond, Prefetch: 500,
-		AckMode: "client", DefaultEventType: registration.EventType, Concurrency: 4, MaxAttempts: 1,
+		AckMode: "client", DefaultEventType: registration.EventType, Concurrency: 4, MaxAttempts: 1, DisableWebhook: true,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second, MaxBodyBytes: 1 << 16,
 		CertDir: t.TempDir(), CertHosts: []string{"127.0.0.1"}, WebhookURL: "webhook-https://127.0.0.1/changefeed",
 	}
-	reg := process.NewRegistry()
-	routes := registration.Wire(cfg, reg)
 	if err := registration.Migrate(context.Background(), f.db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	reg.Register(flakyType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	handlers := map[string]inboxd.Handler{}
+	handlers[flakyType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		if broken.Load() {
 			return errors.New("payment gateway: connection refused")
 		}
 		return nil
-	}))
-	reg.Register(refundType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	})
+	handlers[refundType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		var p struct {
 			Amount string `json:"amount"`
 		}
@@ -360,16 +358,21 @@ func newFixture(t *testing.T, chromium string) *fixture {
 			return fmt.Errorf("refund: amount %q is not a number", p.Amount)
 		}
 		return nil
-	}))
+	})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	svc, err := service.New(context.Background(), cfg, reg, log, service.Options{Routes: routes})
+	cfg.Logger = log
+	c, err := inboxd.New(f.db.Pool, *cfg)
 	if err != nil {
 		t.Fatalf("starting inboxd: %v", err)
 	}
-	testenv.Start(t, 2*time.Minute, svc.Run) // the end of the test stops it, and checks it returned nil
+	for typ, h := range handlers {
+		c.Handle(typ, h)
+	}
+	withDemo := registration.Wire(c)
+	testenv.Start(t, 2*time.Minute, func(ctx context.Context) error { return c.Run(withDemo(ctx)) }) // the end of the test stops it, and checks it returned nil
 
 	// The journal: registrations in two jurisdictions, one of them rejected, two payments
 	// that go DEAD, and two messages that are not events at all.

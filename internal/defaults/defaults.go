@@ -20,6 +20,13 @@ func Or[T int | int64 | time.Duration](v, def T) T {
 	return v
 }
 
+// The command line's own: a library caller gives a pool and a logger instead.
+const (
+	DatabaseURL = "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable"
+	LogFormat   = "text"
+	LogLevel    = "info"
+)
+
 // The broker.
 const (
 	StompAddr        = "127.0.0.1:61613"

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/schema"
@@ -167,12 +166,6 @@ func TestSequenceBlockMatchesMigration(t *testing.T) {
 		}
 	}
 	t.Errorf("no migration says %q", want)
-}
-
-func TestMaxBatchSizeIsSequenceBlock(t *testing.T) {
-	if config.MaxBatchSize != journal.SequenceBlock {
-		t.Errorf("config.MaxBatchSize = %d, journal.SequenceBlock = %d", config.MaxBatchSize, journal.SequenceBlock)
-	}
 }
 
 // Issue 18, item 7: the attempt history is covered by retention: pruning an entry

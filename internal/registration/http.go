@@ -12,10 +12,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/api"
-	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/process"
 )
 
 //go:embed openapi.json
@@ -192,16 +191,20 @@ func (m routes) post(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, acceptedResponse{ID: r.ID, Status: "accepted"})
 }
 
-// Wire adds the demo to an inboxd about to serve, as the command line's -demo does: its
-// handler in reg (unless reg has one for EventType), EventType as the type of messages
-// that name none (unless cfg names one), and its API routes, returned. The caller runs
-// Migrate too.
-func Wire(cfg *config.Config, reg *process.Registry) []api.Extension {
-	if _, ok := reg.Lookup(EventType); !ok {
-		reg.Register(EventType, Handler)
-	}
+// Configure makes EventType the type of messages that name none, unless cfg names one,
+// as the command line's -demo does. Call it before inboxd.New.
+func Configure(cfg *inboxd.Config) {
 	if cfg.DefaultEventType == "" {
 		cfg.DefaultEventType = EventType
 	}
-	return []api.Extension{Routes()}
+}
+
+// Wire adds the demo to a Client about to run, as the command line's -demo does: its
+// handler, unless c has one for EventType, and its API routes, which the returned
+// function puts on the context given to c.Run. The caller runs Migrate too.
+func Wire(c *inboxd.Client) func(context.Context) context.Context {
+	if !c.Handles(EventType) {
+		c.Handle(EventType, Handler)
+	}
+	return func(ctx context.Context) context.Context { return api.WithExtensions(ctx, Routes()) }
 }

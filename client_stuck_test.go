@@ -1,12 +1,10 @@
-package service_test
+package inboxd_test
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/process"
-	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -49,21 +46,17 @@ func (h *hung) handle(_ context.Context, _ pgx.Tx, _ process.Event) error {
 	return nil
 }
 
-// runService starts inboxd with reg and returns a stop function that cancels it and
+// runService starts inboxd with handlers and returns a stop function that cancels it and
 // reports how long Run took to return, and what it returned.
-func runService(t *testing.T, cfg *config.Config, reg *process.Registry) (stop func() (time.Duration, error)) {
+func runService(t *testing.T, db *testenv.DB, cfg *inboxd.Config, handlers map[string]inboxd.Handler) (stop func() (time.Duration, error)) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newClient(t, db, *cfg)
+	for typ, h := range handlers {
+		c.Handle(typ, h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, reg, log, service.Options{})
-	if err != nil {
-		t.Fatalf("starting inboxd: %v", err)
-	}
 	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	go func() { done <- c.Run(ctx) }()
 	var once sync.Once
 	var took time.Duration
 	var runErr error
@@ -84,12 +77,13 @@ func runService(t *testing.T, cfg *config.Config, reg *process.Registry) (stop f
 	return stop
 }
 
-func baseConfig(t *testing.T, db *testenv.DB, queue string) *config.Config {
-	return &config.Config{
-		DatabaseURL: db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
+func baseConfig(t *testing.T, db *testenv.DB, queue string) *inboxd.Config {
+	return &inboxd.Config{
+		StompAddr: testenv.Broker(t), Destinations: []string{queue},
 		HTTPAddr: testenv.FreeAddr(t), BatchSize: 50, BatchLinger: 5 * time.Millisecond, Prefetch: 200,
 		AckMode: "client", DefaultEventType: "hang", Concurrency: 1, MaxAttempts: 3,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 2 * time.Second, StallAfter: 2 * time.Second,
+		DisableWebhook: true,
 	}
 }
 
@@ -115,9 +109,7 @@ func TestReadyzReportsStuckProcessing(t *testing.T) {
 	q := testenv.Queue(t)
 	cfg := baseConfig(t, db, q)
 	h := newHung(t)
-	reg := process.NewRegistry()
-	reg.Register("hang", process.HandlerFunc(h.handle))
-	runService(t, cfg, reg)
+	runService(t, db, cfg, map[string]inboxd.Handler{"hang": inboxd.HandlerFunc(h.handle)})
 	publishN(t, cfg.StompAddr, q, 5, "hang")
 	select {
 	case <-h.entered:
@@ -159,9 +151,7 @@ func TestShutdownBoundedWithHungHandler(t *testing.T) {
 	q := testenv.Queue(t)
 	cfg := baseConfig(t, db, q)
 	h := newHung(t)
-	reg := process.NewRegistry()
-	reg.Register("hang", process.HandlerFunc(h.handle))
-	stop := runService(t, cfg, reg)
+	stop := runService(t, db, cfg, map[string]inboxd.Handler{"hang": inboxd.HandlerFunc(h.handle)})
 	publishN(t, cfg.StompAddr, q, 3, "hang")
 	select {
 	case <-h.entered:

@@ -1,4 +1,4 @@
-package service_test
+package inboxd_test
 
 import (
 	"bytes"
@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/certs"
-	"github.com/inboxd/inboxd/internal/config"
-	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // Issue 10: with no token configured (the default), the webhook accepted anyone. Now
@@ -25,8 +25,9 @@ func TestWebhookNeverOpen(t *testing.T) {
 	db := testenv.NewDB(t)
 	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
-	startService(t, db, testenv.Queue(t), func(c *config.Config) {
+	startService(t, db, testenv.Queue(t), func(c *inboxd.Config) {
 		c.WebhookAddr, c.WebhookToken, c.CertDir = hookAddr, "", certDir
+		c.DisableWebhook = false
 	})
 	tokenFile := filepath.Join(certDir, certs.WebhookTokenFile)
 	testenv.Eventually(t, 10*time.Second, "the webhook starts", func() bool {
@@ -52,7 +53,7 @@ func TestWebhookNeverOpen(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	t.Cleanup(client.CloseIdleConnections)
 	post := func(auth string) int {
-		req, _ := http.NewRequest(http.MethodPost, "https://"+hookAddr+service.WebhookPath, bytes.NewReader([]byte(`{"resolved":"1700000000000000000.0000000000"}`)))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+hookAddr+webhook.Path, bytes.NewReader([]byte(`{"resolved":"1700000000000000000.0000000000"}`)))
 		req.Header.Set("Content-Type", "application/json")
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
@@ -74,8 +75,7 @@ func TestWebhookNeverOpen(t *testing.T) {
 		t.Errorf("generated token: %d, want 200", code)
 	}
 	// changefeed create sends the same token.
-	cfg := &config.Config{CertDir: certDir}
-	if got, created, err := cfg.WebhookAuthToken(); err != nil || created || got != token {
+	if got, created, err := certs.WebhookToken("", certDir); err != nil || created || got != token {
 		t.Errorf("WebhookAuthToken = %q, %v, %v; want the generated one", got, created, err)
 	}
 }

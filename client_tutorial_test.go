@@ -1,4 +1,4 @@
-package service_test
+package inboxd_test
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/certs"
-	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/webhook"
 )
 
 // The reference tutorial's commands, verbatim but for the port.
@@ -44,8 +44,8 @@ func TestTutorialVerbatim(t *testing.T) {
 	queue := testenv.Queue(t)
 	addr := testenv.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	startService(t, db, queue, func(c *config.Config) {
-		c.WebhookAddr = ""
+	startService(t, db, queue, func(c *inboxd.Config) {
+		c.DisableWebhook = true
 		c.HTTPAddr = "localhost:" + port
 	})
 	base := "http://localhost:" + port
@@ -162,8 +162,9 @@ func TestOutboxWebhookRoute(t *testing.T) {
 	db := testenv.NewDB(t)
 	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
-	startService(t, db, testenv.Queue(t), func(c *config.Config) {
+	startService(t, db, testenv.Queue(t), func(c *inboxd.Config) {
 		c.WebhookAddr, c.WebhookToken, c.CertDir = hookAddr, "s3cret", certDir
+		c.DisableWebhook = false
 	})
 	roots := x509.NewCertPool()
 	testenv.Eventually(t, 30*time.Second, "the generated webhook CA", func() bool {
@@ -178,7 +179,7 @@ func TestOutboxWebhookRoute(t *testing.T) {
 		return err == nil
 	})
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	url := "https://" + hookAddr + service.WebhookPath + feed.OutboxSinkSuffix
+	url := "https://" + hookAddr + webhook.Path + feed.OutboxSinkSuffix
 	post := func(auth, body string) int {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

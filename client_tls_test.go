@@ -1,4 +1,4 @@
-package service_test
+package inboxd_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -38,18 +38,15 @@ func TestServiceOverTLS(t *testing.T) {
 		{"name mismatch", stompx.TLSFiles{CAFile: b.CAFile, CertFile: b.CertFile, KeyFile: b.KeyFile, ServerName: "elsewhere.example"}, http.StatusServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tl, err := stompx.LoadTLS(tc.files)
-			if err != nil {
-				t.Fatal(err)
-			}
 			db := testenv.NewDB(t)
 			queue := testenv.Queue(t)
 			api := testenv.FreeAddr(t)
-			startService(t, db, queue, func(c *config.Config) {
-				c.WebhookAddr = ""
+			startService(t, db, queue, func(c *inboxd.Config) {
+				c.DisableWebhook = true
 				c.HTTPAddr = api
 				c.StompAddr = b.MutualAddr
-				c.StompTLS, c.StompTLSConfig = true, tl
+				c.StompTLS, c.StompCAFile, c.StompCertFile, c.StompKeyFile = true, tc.files.CAFile, tc.files.CertFile, tc.files.KeyFile
+				c.StompServerName = tc.files.ServerName
 			})
 			base := "http://" + api
 			testenv.Eventually(t, 30*time.Second, "the API answers", func() bool {

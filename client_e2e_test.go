@@ -1,4 +1,4 @@
-package service_test
+package inboxd_test
 
 import (
 	"context"
@@ -16,12 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/certs"
-	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/service"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/webhook"
@@ -74,34 +72,41 @@ func newWorkload(n int) workload {
 	return w
 }
 
-// startService runs a whole inboxd against the test database and queue.
-func startService(t *testing.T, db *testenv.DB, queue string, edit func(*config.Config)) {
+// startService runs a whole inboxd against the test database and queue, with the demo
+// wired as the command line's -demo does. Its webhook is off unless edit turns it on.
+func startService(t *testing.T, db *testenv.DB, queue string, edit func(*inboxd.Config)) {
 	t.Helper()
-	cfg := &config.Config{
-		DatabaseURL: db.URL, StompAddr: testenv.Broker(t), Destinations: []string{queue},
+	cfg := &inboxd.Config{
+		StompAddr: testenv.Broker(t), Destinations: []string{queue},
 		HTTPAddr: testenv.FreeAddr(t), BatchSize: 200, BatchLinger: 10 * time.Millisecond, Prefetch: 1000,
-		AckMode: "client", DefaultEventType: registration.EventType, Concurrency: 8, MaxAttempts: 3,
-		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+		AckMode: "client", Concurrency: 8, MaxAttempts: 3,
+		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second, DisableWebhook: true,
 		CertDir: t.TempDir(), CertHosts: []string{"127.0.0.1", "localhost"}, WebhookURL: "webhook-https://127.0.0.1/changefeed",
 	}
 	if edit != nil {
 		edit(cfg)
 	}
-	// The demo, wired as the command line's -demo does.
-	reg := process.NewRegistry()
-	routes := registration.Wire(cfg, reg)
 	if err := registration.Migrate(context.Background(), db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	registration.Configure(cfg)
+	c := newClient(t, db, *cfg)
+	withDemo := registration.Wire(c)
+	testenv.Start(t, 2*time.Minute, func(ctx context.Context) error { return c.Run(withDemo(ctx)) }) // the end of the test stops it, and checks it returned nil
+}
+
+// newClient is a Client over db's pool, logging to the test's output when verbose.
+func newClient(t *testing.T, db *testenv.DB, cfg inboxd.Config) *inboxd.Client {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	svc, err := service.New(context.Background(), cfg, reg, log, service.Options{Routes: routes})
+	c, err := inboxd.New(db.Pool, cfg)
 	if err != nil {
 		t.Fatalf("starting inboxd: %v", err)
 	}
-	testenv.Start(t, 2*time.Minute, svc.Run) // the end of the test stops it, and checks it returned nil
+	return c
 }
 
 func publishAll(t *testing.T, queue string, msgs [][]byte) {
@@ -158,7 +163,7 @@ func TestEndToEndSweeperPath(t *testing.T) {
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	w := newWorkload(400)
-	startService(t, db, queue, func(c *config.Config) { c.WebhookAddr = "" })
+	startService(t, db, queue, func(c *inboxd.Config) { c.DisableWebhook = true })
 	publishAll(t, queue, w.messages)
 	checkExactlyOnce(t, db, w)
 }
@@ -171,8 +176,8 @@ func TestEndToEndWebhookPath(t *testing.T) {
 	w := newWorkload(400)
 	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()
-	startService(t, db, queue, func(c *config.Config) {
-		c.WebhookAddr = hookAddr
+	startService(t, db, queue, func(c *inboxd.Config) {
+		c.WebhookAddr, c.DisableWebhook = hookAddr, false
 		c.WebhookToken = "s3cret"
 		c.CertDir = certDir
 		c.SweepGrace = time.Hour // the sweeper must leave RECEIVED rows to the feed
@@ -189,7 +194,7 @@ func TestEndToEndWebhookPath(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	sink := &sinktest.Sink{
-		URLs:       []string{"https://" + hookAddr + service.WebhookPath},
+		URLs:       []string{"https://" + hookAddr + webhook.Path},
 		Client:     &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
 		AuthHeader: "Bearer s3cret", InFlight: 4,
 	}
@@ -240,8 +245,8 @@ func TestRegistrationThroughVirtualTopic(t *testing.T) {
 	db := testenv.NewDB(t)
 	name := "VirtualTopic.inboxd-test." + testenv.Suffix()
 	api := testenv.FreeAddr(t)
-	startService(t, db, "/queue/Consumer.inboxd."+name, func(c *config.Config) {
-		c.WebhookAddr = ""
+	startService(t, db, "/queue/Consumer.inboxd."+name, func(c *inboxd.Config) {
+		c.DisableWebhook = true
 		c.HTTPAddr = api
 		c.PublishDestination = "/topic/" + name
 	})

@@ -1,4 +1,6 @@
-package service
+// Package health finds a stuck pipeline from the outside, for /readyz and the
+// inboxd_stalled metric.
+package health
 
 import (
 	"context"
@@ -16,12 +18,12 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 )
 
-// monitor finds a stuck pipeline from the outside: it needs no hooks in the engine.
+// Monitor finds a stuck pipeline from the outside: it needs no hooks in the engine.
 // Every second it reads this instance's processing outcomes (from the metrics) and
 // the journal's oldest waiting event (from the database), and, when a changefeed
 // delivers, how far its resolved timestamp trails. /readyz reports what it finds, and
 // so does the inboxd_stalled metric.
-type monitor struct {
+type Monitor struct {
 	db         database.DB
 	m          *metrics.Metrics
 	ingest     func(stallAfter time.Duration) error
@@ -36,27 +38,44 @@ type monitor struct {
 	lastProgress time.Time // when they last grew
 }
 
-func newMonitor(db database.DB, m *metrics.Metrics, ingest func(time.Duration) error, stallAfter, grace time.Duration, feed bool, log *slog.Logger) *monitor {
-	return &monitor{db: db, m: m, ingest: ingest, stallAfter: stallAfter, grace: grace, feed: feed, log: log,
+// Config is what a Monitor watches, and how patiently.
+type Config struct {
+	DB      database.DB
+	Metrics *metrics.Metrics
+	// Ingest reports whether intake is stuck, given how long counts as stuck.
+	Ingest func(stallAfter time.Duration) error
+	// StallAfter: a component without progress this long while work waits is stuck.
+	StallAfter time.Duration
+	// Grace is a RECEIVED event's wait for the feed, before the sweeper takes it.
+	Grace time.Duration
+	// Feed: a changefeed delivers (CockroachDB), so its watermark must advance.
+	Feed bool
+	Log  *slog.Logger
+}
+
+// New returns a monitor; Run it.
+func New(c Config) *Monitor {
+	db, m, ingest, stallAfter, grace, feed, log := c.DB, c.Metrics, c.Ingest, c.StallAfter, c.Grace, c.Feed, c.Log
+	return &Monitor{db: db, m: m, ingest: ingest, stallAfter: stallAfter, grace: grace, feed: feed, log: log,
 		errs: map[string]error{}, lastProgress: time.Now()}
 }
 
-// run checks every second until ctx ends.
-func (mo *monitor) run(ctx context.Context) {
+// Run checks every second until ctx ends.
+func (mo *Monitor) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		mo.check(ctx)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
 }
 
 // check is one look at every component.
-func (mo *monitor) check(ctx context.Context) {
+func (mo *Monitor) check(ctx context.Context) {
 	now := time.Now()
 	if n := completedOutcomes(mo.m.Processed); n != mo.outcomes {
 		mo.outcomes, mo.lastProgress = n, now
@@ -113,8 +132,8 @@ func (mo *monitor) check(ctx context.Context) {
 	mo.errs = found
 }
 
-// readyCheck is the /readyz check of one component.
-func (mo *monitor) readyCheck(name string) func(context.Context) error {
+// ReadyCheck is the /readyz check of one component: "ingest", "processing" or "feed".
+func (mo *Monitor) ReadyCheck(name string) func(context.Context) error {
 	return func(context.Context) error {
 		mo.mu.Lock()
 		defer mo.mu.Unlock()

@@ -1,0 +1,119 @@
+// Package lifecycle starts and stops inboxd's long-running parts one way: each part is a
+// Run(ctx) that returns once ctx is cancelled and its work under way is finished; parts
+// are grouped in stages that stop in order (intake before the work it feeds, the work
+// before what observes it), all within one shutdown budget.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Part is one long-running part. Run returns nil (or context.Canceled) when its context
+// is cancelled and it has stopped; any other error stops the whole group.
+type Part struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Stage is parts that start together and stop together.
+type Stage struct {
+	Name  string
+	Parts []Part
+}
+
+// ErrShutdownTimeout is returned by Run when the stages did not stop within the budget.
+// What was unfinished is left to redelivery and to the database, never half-recorded:
+// every step of inboxd is a transaction.
+var ErrShutdownTimeout = errors.New("shutdown did not finish within the shutdown timeout")
+
+// Run starts every part of every stage and waits until ctx is cancelled or a part
+// fails. It then stops the stages in order, each cancelled and waited for before the
+// next, within budget overall, and returns the parts' errors (nil after a clean
+// stop). Past the budget it returns ErrShutdownTimeout and leaves the parts still
+// running to end with the process.
+func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...Stage) error {
+	type running struct {
+		name   string
+		cancel context.CancelFunc
+		wg     sync.WaitGroup
+	}
+	failed := make(chan error, 1)
+	var errsMu sync.Mutex
+	var errs []error
+	all := make([]*running, len(stages))
+	for i, st := range stages {
+		// Detached from ctx: a stage is stopped by its turn in the order, not by ctx.
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		r := &running{name: st.Name, cancel: cancel}
+		all[i] = r
+		for _, p := range st.Parts {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				err := p.Run(sctx)
+				if err == nil || errors.Is(err, context.Canceled) && sctx.Err() != nil {
+					return
+				}
+				err = fmt.Errorf("%s: %w", p.Name, err)
+				errsMu.Lock()
+				errs = append(errs, err)
+				errsMu.Unlock()
+				select {
+				case failed <- err:
+				default:
+				}
+			}()
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "stages", len(stages))
+	case err := <-failed:
+		log.Error("shutting down after a failure", "err", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, r := range all {
+			r.cancel()
+			r.wg.Wait()
+			log.Debug("stopped", "stage", r.name)
+		}
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		for _, r := range all {
+			r.cancel()
+		}
+		errsMu.Lock()
+		defer errsMu.Unlock()
+		return errors.Join(errors.Join(errs...), ErrShutdownTimeout)
+	}
+	errsMu.Lock()
+	defer errsMu.Unlock()
+	return errors.Join(errs...)
+}
+
+// Split divides the shutdown budget between stages by weight, so that each part that
+// needs a bound of its own for finishing its work (the sweeper's transactions, the
+// webhook's batches, the API's requests) gets its explicit share.
+func Split(budget time.Duration, weights ...int) []time.Duration {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	out := make([]time.Duration, len(weights))
+	for i, w := range weights {
+		out[i] = budget * time.Duration(w) / time.Duration(max(total, 1))
+	}
+	return out
+}

@@ -1,0 +1,33 @@
+package inboxd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/defaults"
+	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/schema"
+)
+
+// Migrate creates or updates inboxd's tables in the database of pool (idempotent). On
+// CockroachDB it also sets the default row-level TTL of the journal and quarantine;
+// "inboxd migrate" sets other values.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := schema.Migrate(ctx, pool); err != nil {
+		return fmt.Errorf("inboxd: migrating: %w", err)
+	}
+	m := feed.NewManager(pool, nil)
+	crdb, err := m.IsCockroachDB(ctx)
+	if err != nil {
+		return fmt.Errorf("inboxd: migrating: %w", err)
+	}
+	if !crdb {
+		return nil // PostgreSQL: Run deletes expired rows itself
+	}
+	if _, err := m.ApplyRetention(ctx, feed.Retention{Journal: defaults.Retention, Quarantine: defaults.QuarantineRetention}); err != nil {
+		return fmt.Errorf("inboxd: setting retention: %w", err)
+	}
+	return nil
+}

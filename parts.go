@@ -1,0 +1,266 @@
+package inboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"github.com/inboxd/inboxd/internal/api"
+	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/console"
+	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/defaults"
+	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/health"
+	"github.com/inboxd/inboxd/internal/ingest"
+	"github.com/inboxd/inboxd/internal/lifecycle"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/outbox"
+	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/retention"
+	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/webhook"
+	"time"
+)
+
+var errShutdownTimeout = lifecycle.ErrShutdownTimeout
+
+// run assembles the parts from the configuration and runs them in three stages, which
+// stop in this order, so that exactly-once holds through a shutdown:
+//   - intake: ingest, which finishes its batch in flight (commit then ack, or neither);
+//   - work: the sweeper, push, the outbox relay, the webhook and the pruner, which
+//     finish their transactions;
+//   - serving: the API, the health monitor and the notifier, which the others use.
+func (c *Client) run(ctx context.Context) error {
+	cfg, log := c.cfg, c.log
+	if max, min := c.pool.Config().MaxConns, cfg.MinPoolSize(); max < min {
+		// Not fatal: parts wait for a connection, and throughput suffers.
+		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections",
+			"max_conns", max, "want_at_least", min)
+	}
+	crdb, err := feed.NewManager(c.pool, nil).IsCockroachDB(ctx)
+	if err != nil {
+		return fmt.Errorf("asking the database what it is: %w", err)
+	}
+	if cfg.SweepGrace == 0 && crdb {
+		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
+		cfg.SweepGrace = defaults.SweepGraceCockroachDB
+	}
+	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
+	// The shutdown budget, split explicitly between the stages that need a bound of
+	// their own: intake its batch in flight, the work its transactions and webhook
+	// batches, the API its requests.
+	budget := lifecycle.Split(cfg.ShutdownTimeout, 1, 2, 1)
+	intakeBudget, workBudget, servingBudget := budget[0], budget[1], budget[2]
+	_ = intakeBudget // ingest bounds its last commit itself (ingest.Config.CommitTimeout)
+
+	stompCfg := cfg.stomp(c.tls, log)
+	publisher := stompx.NewPublisher(stompCfg, 2)
+	defer publisher.Close()
+
+	// Processing starts as soon as ingest commits: a direct kick in this process, and
+	// NOTIFY to the others on PostgreSQL. On CockroachDB the changefeed is the push.
+	var push *process.Push
+	kick := func() {
+		if push != nil {
+			push.Notify()
+		}
+	}
+	idSource, err := message.ParseIDSource(cfg.IDSource)
+	if err != nil {
+		return fmt.Errorf("id-source: %w", err)
+	}
+	sub, err := ingest.New(ingest.Config{
+		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
+		Destinations: cfg.Destinations,
+		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
+		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
+		AckMode:      ingest.AckMode(cfg.AckMode),
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
+		IDSource:          idSource,
+		MaxStatementBytes: cfg.MaxStatementBytes,
+		Logger:            log.With("component", "ingest"), Metrics: c.m,
+		OnCommit:       func(int) { kick() },
+		TracerProvider: c.tp,
+	}, c.pool)
+	if err != nil {
+		return fmt.Errorf("configuring ingest: %w", err)
+	}
+
+	engine := process.New(c.pool, c.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
+		ImmediateRetries: cfg.ImmediateRetries, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
+		BatchSize: cfg.ProcessBatchSize, TracerProvider: c.tp, CockroachDB: crdb},
+		c.m, log.With("component", "process"))
+	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
+		BatchSize: cfg.ProcessBatchSize, StopTimeout: workBudget})
+	if !crdb {
+		push = process.NewPush(engine, c.pool)
+	}
+
+	mon := health.New(health.Config{DB: c.pool, Metrics: c.m, Ingest: sub.Health, StallAfter: cfg.StallAfter,
+		Grace: cfg.SweepGrace, Feed: crdb && !cfg.DisableWebhook, Log: log.With("component", "health")})
+	var apiSrv *api.Server
+	if !cfg.DisableHTTP {
+		if apiSrv, err = c.newAPI(ctx, cfg, crdb, stompCfg, publisher, sub, mon, servingBudget); err != nil {
+			return err
+		}
+	}
+
+	// The outbox relay publishes on connections of its own, apart from the API's.
+	relayPub := stompx.NewPublisher(stompCfg, defaults.OutboxPublishers)
+	defer relayPub.Close()
+	relay := outbox.NewRelay(c.pool, relayPub, outbox.Config{
+		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
+		Retention: cfg.OutboxRetention, Parallel: defaults.OutboxPublishers,
+	}, c.m, log.With("component", "outbox"))
+
+	var hook *webhook.Server
+	if !cfg.DisableWebhook {
+		if hook, err = c.newWebhook(cfg, engine, relay); err != nil {
+			return err
+		}
+	}
+
+	intake := lifecycle.Stage{Name: "intake", Parts: []lifecycle.Part{{Name: "ingest", Run: func(ctx context.Context) error {
+		// The broker is waited for before intake starts, each try logged; the API runs
+		// meanwhile, so /readyz can say what is missing.
+		if stompx.WaitReachable(ctx, stompCfg, log) != nil {
+			return nil // stopped while waiting: nothing to clean up
+		}
+		return sub.Run(ctx)
+	}}}}
+	work := lifecycle.Stage{Name: "work", Parts: []lifecycle.Part{
+		{Name: "sweeper", Run: sweeper.Run},
+		{Name: "outbox relay", Run: relay.Run},
+	}}
+	if push != nil {
+		work.Parts = append(work.Parts, lifecycle.Part{Name: "push", Run: push.Run})
+	}
+	if hook != nil {
+		work.Parts = append(work.Parts, lifecycle.Part{Name: "webhook", Run: func(ctx context.Context) error {
+			return hook.Run(ctx, workBudget)
+		}})
+	}
+	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
+	keep := func(d time.Duration) time.Duration { return max(d, 0) } // negative: forever, the pruner's zero
+	if pruner := retention.New(c.pool, retention.Config{Journal: keep(cfg.Retention), Quarantine: keep(cfg.QuarantineRetention)},
+		log.With("component", "retention")); !crdb && pruner.Enabled() {
+		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
+	}
+	serving := lifecycle.Stage{Name: "serving", Parts: []lifecycle.Part{{Name: "health", Run: mon.Run}}}
+	if apiSrv != nil {
+		serving.Parts = append(serving.Parts, lifecycle.Part{Name: "api", Run: apiSrv.Run})
+	}
+	log.Info("inboxd running", "destinations", cfg.Destinations, "api", httpAddr(cfg), "webhook", webhookAddr(cfg))
+	err = lifecycle.Run(ctx, log, cfg.ShutdownTimeout, intake, work, serving)
+	if errors.Is(err, lifecycle.ErrShutdownTimeout) {
+		log.Error("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		return err
+	}
+	log.Info("inboxd stopped")
+	return err
+}
+
+func httpAddr(cfg Config) string {
+	if cfg.DisableHTTP {
+		return ""
+	}
+	return cfg.HTTPAddr
+}
+
+func webhookAddr(cfg Config) string {
+	if cfg.DisableWebhook {
+		return ""
+	}
+	return cfg.WebhookAddr
+}
+
+// idField is the payload field of an id source "payload:FIELD", or "" (New has checked
+// the setting already).
+func idField(setting string) string {
+	src, err := message.ParseIDSource(setting)
+	if err != nil {
+		return ""
+	}
+	field, ok := strings.CutPrefix(src.String(), "payload:")
+	if !ok {
+		return "" // from a header: the payload holds no id to keep
+	}
+	return field
+}
+
+// newAPI builds the REST API and the console, with the API extensions ctx carries (the
+// command line's demo).
+func (c *Client) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg stompx.Config, publisher *stompx.Publisher,
+	sub *ingest.Subscriber, mon *health.Monitor, shutdown time.Duration) (*api.Server, error) {
+	var apiPool api.Database = c.pool
+	if crdb { // operator transactions begin SERIALIZABLE explicitly, as processing does
+		apiPool = database.SerializablePool{Pool: c.pool}
+	}
+	apiSrv, err := api.New(api.Config{
+		Addr: cfg.HTTPAddr, Pool: apiPool, Publisher: publisher, Destination: cfg.publish(), Extensions: api.ExtensionsFrom(ctx),
+		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: c.log.With("component", "api"), Metrics: c.m,
+		Ready: []api.ReadyCheck{
+			{Name: "broker", Check: func(ctx context.Context) error { return stompx.Reachable(ctx, stompCfg) }},
+			{Name: "ingest", Check: func(ctx context.Context) error {
+				// Not ready while a destination is unsubscribed: reconnecting, or a standby
+				// whose durable subscription another instance holds.
+				if !sub.Ready() {
+					return errors.New("not subscribed to every destination (reconnecting, or standby while another instance holds the client id)")
+				}
+				return mon.ReadyCheck("ingest")(ctx)
+			}},
+			{Name: "processing", Check: mon.ReadyCheck("processing")},
+			{Name: "feed", Check: mon.ReadyCheck("feed")},
+		},
+		ShutdownTimeout: shutdown, MaxEventBytes: cfg.MaxBodyBytes, IDField: idField(cfg.IDSource),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuring the api: %w", err)
+	}
+	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
+	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: crdb, WebhookURL: cfg.WebhookURL,
+		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
+		return nil, fmt.Errorf("configuring the console: %w", err)
+	}
+	return apiSrv, nil
+}
+
+// newWebhook loads (or generates) the webhook's TLS material and token and binds its
+// address.
+func (c *Client) newWebhook(cfg Config, engine *process.Engine, relay *outbox.Relay) (*webhook.Server, error) {
+	hosts := append([]string{}, cfg.CertHosts...)
+	if u, err := url.Parse(cfg.WebhookURL); err == nil && u.Hostname() != "" {
+		hosts = append(hosts, u.Hostname())
+	}
+	bundle, err := certs.Load(certs.Config{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Dir: cfg.CertDir, Hosts: hosts})
+	if err != nil {
+		return nil, fmt.Errorf("loading webhook TLS certificate: %w", err)
+	}
+	for _, p := range bundle.Tightened {
+		c.log.Warn("narrowed the permissions of the certificate directory to 0700", "path", p)
+	}
+	if len(bundle.Generated) > 0 {
+		c.log.Info("generated webhook TLS material", "dir", cfg.CertDir, "files", bundle.Generated,
+			"ca_cert_file", cfg.CertDir+"/"+certs.CABase64File)
+	}
+	token, created, err := certs.WebhookToken(cfg.WebhookToken, cfg.CertDir)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		c.log.Info("generated the webhook token; inboxd changefeed create sends it",
+			"file", filepath.Join(cfg.CertDir, certs.WebhookTokenFile))
+	}
+	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes),
+		ProcessTimeout: cfg.WebhookProcessTimeout}, engine, c.pool, c.m, c.log.With("component", "webhook"))
+	// The outbox table's changefeed (CockroachDB) wakes the relay through the same server.
+	return webhook.Listen(cfg.WebhookAddr, bundle.TLSConfig, h, map[string]http.Handler{
+		webhook.Path + feed.OutboxSinkSuffix: outbox.WebhookHandler(relay, "Bearer "+token),
+	})
+}
