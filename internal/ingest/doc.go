@@ -14,7 +14,9 @@
 //
 // Each destination gets its own connection, subscription and pipeline:
 //
-//	broker ─▶ reader ─▶ batcher (decode, up to BatchSize or Linger) ─▶ committer (Ingest, then ack)
+//	broker ─▶ reader ─▶ batcher (decode, up to BatchSize or Linger) ─▶ committer (Ingest) ─▶ acker
+//
+// Each stage is a small type sharing one session value (session.go).
 //
 // A batch is also closed before it outgrows one statement (Config.MaxStatementBytes,
 // journal.Room): CockroachDB refuses any client message over 16 MiB, and a batch's
@@ -27,11 +29,12 @@
 // an aggregate with a write under way waits for it, so one aggregate's events are
 // journaled (and so processed) in broker order; and once a write has failed no later
 // batch is written, so none can commit an aggregate's event ahead of an earlier one that
-// is coming back redelivered (the rule is mayWrite, in session). Batches are acked
-// strictly in dispatch order and never after a failure. That is what makes a cumulative ("client") ack of a
-// batch's last message safe: it can only cover messages of this batch or of batches
-// already committed. A batch committed after an earlier one failed stays unacked; the
-// broker redelivers it and the journal collapses it.
+// is coming back redelivered. Batches are acked strictly in dispatch order and never
+// after a failure. That is what makes a cumulative ("client") ack of a batch's last
+// message safe: it can only cover messages of this batch or of batches already
+// committed. A batch committed after an earlier one failed stays unacked; the broker
+// redelivers it and the journal collapses it. These rules are written once, in
+// order.go.
 //
 // A topic destination ("/topic/…") gets a durable subscription (Config.ClientID,
 // Config.SubscriptionName, see DurableFor), recorded in the journal's
