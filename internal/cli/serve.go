@@ -19,7 +19,7 @@ import (
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/registration"
-	"github.com/inboxd/inboxd/internal/tracing"
+	"github.com/inboxd/inboxd/internal/tracing/otlpenv"
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -75,10 +75,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 // serve runs a Client over pool with the program's handlers (Options.Handle) and, with
 // -demo, the demo's.
 //
-// Its tracing is configured by the standard OTEL_* variables only (tracing.FromEnv):
+// Its tracing is configured by the standard OTEL_* variables only (otlpenv.FromEnv):
 // with no OTLP exporter named there, spans are neither recorded nor exported.
 func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) (err error) {
-	tp, shutdown, err := tracing.FromEnv(ctx, os.Getenv)
+	tp, shutdown, err := otlpenv.FromEnv(ctx, os.Getenv)
 	if err != nil {
 		return fmt.Errorf("configuring tracing: %w", err)
 	}

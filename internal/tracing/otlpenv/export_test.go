@@ -1,4 +1,4 @@
-package tracing
+package otlpenv
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/inboxd/inboxd/internal/tracing"
 )
 
 // collector keeps the service name and span names of what it receives.
@@ -111,7 +113,7 @@ func TestFromEnvExports(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, span := Tracer(tp).Start(ctx, "work")
+			_, span := tracing.Tracer(tp).Start(ctx, "work")
 			span.End()
 			if err := shutdown(ctx); err != nil { // flushes
 				t.Fatalf("shutdown: %v", err)

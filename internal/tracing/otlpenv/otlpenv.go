@@ -1,4 +1,7 @@
-package tracing
+// Package otlpenv configures OpenTelemetry tracing from the standard OTEL_* variables
+// for the command line. It is apart from package tracing so that a program embedding
+// inboxd, which brings its own TracerProvider, does not link the OTLP exporters and gRPC.
+package otlpenv
 
 import (
 	"context"
