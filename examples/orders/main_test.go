@@ -13,6 +13,8 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
+func TestMain(m *testing.M) { testenv.Main(m) }
+
 // The example runs against the real PostgreSQL and ActiveMQ: an order becomes a row and
 // an order.accepted message the relay sends; an invalid one is REJECTED; cancelling
 // stops it with no error.
