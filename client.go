@@ -111,7 +111,8 @@ func (c *Client) Run(ctx context.Context) error {
 		c.running = false
 		c.mu.Unlock()
 	}()
-	if err := c.run(ctx); err != nil {
+	a := assembly{pool: c.pool, cfg: c.cfg, tls: c.tls, log: c.log, reg: c.reg, m: c.m, tp: c.tp}
+	if err := a.run(ctx); err != nil {
 		return fmt.Errorf("inboxd: %w", err)
 	}
 	return nil

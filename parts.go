@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/certs"
@@ -19,15 +24,26 @@ import (
 	"github.com/inboxd/inboxd/internal/ingest"
 	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/webhook"
-	"time"
 )
 
 var errShutdownTimeout = lifecycle.ErrShutdownTimeout
+
+// assembly is what a Run builds its parts from: the Client's settings and state.
+type assembly struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	tls  *stompx.TLS
+	log  *slog.Logger
+	reg  *process.Registry
+	m    *metrics.Metrics
+	tp   trace.TracerProvider
+}
 
 // run assembles the parts from the configuration and runs them in three stages, which
 // stop in this order, so that exactly-once holds through a shutdown:
@@ -35,7 +51,7 @@ var errShutdownTimeout = lifecycle.ErrShutdownTimeout
 //   - work: the sweeper, push, the outbox relay, the webhook and the pruner, which
 //     finish their transactions;
 //   - serving: the API, the health monitor and the notifier, which the others use.
-func (c *Client) run(ctx context.Context) error {
+func (c assembly) run(ctx context.Context) error {
 	cfg, log := c.cfg, c.log
 	if max, min := c.pool.Config().MaxConns, cfg.MinPoolSize(); max < min {
 		// Not fatal: parts wait for a connection, and throughput suffers.
@@ -196,7 +212,7 @@ func idField(setting string) string {
 
 // newAPI builds the REST API and the console, with the API extensions ctx carries (the
 // command line's demo).
-func (c *Client) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg stompx.Config, publisher *stompx.Publisher,
+func (c assembly) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg stompx.Config, publisher *stompx.Publisher,
 	sub *ingest.Subscriber, mon *health.Monitor, shutdown time.Duration) (*api.Server, error) {
 	var apiPool api.Database = c.pool
 	if crdb { // operator transactions begin SERIALIZABLE explicitly, as processing does
@@ -233,7 +249,7 @@ func (c *Client) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg sto
 
 // newWebhook loads (or generates) the webhook's TLS material and token and binds its
 // address.
-func (c *Client) newWebhook(cfg Config, engine *process.Engine, relay *outbox.Relay) (*webhook.Server, error) {
+func (c assembly) newWebhook(cfg Config, engine *process.Engine, relay *outbox.Relay) (*webhook.Server, error) {
 	hosts := append([]string{}, cfg.CertHosts...)
 	if u, err := url.Parse(cfg.WebhookURL); err == nil && u.Hostname() != "" {
 		hosts = append(hosts, u.Hostname())
