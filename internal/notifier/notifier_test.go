@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // Every Run stopped in a test leaves no goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // recorder collects what a Handler receives.
 type recorder struct {
