@@ -25,6 +25,7 @@ import (
 	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/retention"
@@ -113,8 +114,12 @@ func (c assembly) run(ctx context.Context) error {
 		c.m, log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
 		BatchSize: cfg.ProcessBatchSize, StopTimeout: workBudget})
+	// One LISTEN connection, outside the pool, for push and the relay: PostgreSQL only
+	// (on CockroachDB the changefeeds wake them).
+	var ntf *notifier.Notifier
 	if !crdb {
-		push = process.NewPush(engine, c.pool)
+		ntf = notifier.New(c.pool.Config().ConnConfig, log.With("component", "notifier"))
+		push = process.NewPush(engine, c.pool, ntf)
 	}
 
 	mon := health.New(health.Config{DB: c.pool, Metrics: c.m, Ingest: sub.Health, StallAfter: cfg.StallAfter,
@@ -131,7 +136,7 @@ func (c assembly) run(ctx context.Context) error {
 	defer relayPub.Close()
 	relay := outbox.NewRelay(c.pool, relayPub, outbox.Config{
 		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
-		Retention: cfg.OutboxRetention, Parallel: defaults.OutboxPublishers,
+		Retention: cfg.OutboxRetention, Parallel: defaults.OutboxPublishers, Notifier: ntf,
 	}, c.m, log.With("component", "outbox"))
 
 	var hook *webhook.Server
@@ -170,6 +175,9 @@ func (c assembly) run(ctx context.Context) error {
 	serving := lifecycle.Stage{Name: "serving", Parts: []lifecycle.Part{{Name: "health", Run: mon.Run}}}
 	if apiSrv != nil {
 		serving.Parts = append(serving.Parts, lifecycle.Part{Name: "api", Run: apiSrv.Run})
+	}
+	if ntf != nil {
+		serving.Parts = append(serving.Parts, lifecycle.Part{Name: "notifier", Run: ntf.Run})
 	}
 	log.Info("inboxd running", "destinations", cfg.Destinations, "api", httpAddr(cfg), "webhook", webhookAddr(cfg))
 	err = lifecycle.Run(ctx, log, cfg.ShutdownTimeout, intake, work, serving)

@@ -181,9 +181,6 @@ RETURNING id::TEXT, destination, headers, body, attempts, created_at, grp, seq`
 
 	sqlGet = `SELECT id::TEXT, destination, headers, body, attempts, created_at, sent_at, last_error
 		FROM outbox WHERE id = $1::UUID`
-
-	// PostgreSQL only, like pgOnlyInsert.
-	pgOnlyListen = `LISTEN ` + NotifyChannel
 )
 
 // Statements returns every statement that runs on both databases, by name, for tests

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -467,10 +468,12 @@ func TestNotifyWakesRelay(t *testing.T) {
 	dest := testenv.Queue(t)
 	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
 	t.Cleanup(func() { _ = pub.Close() })
-	runRelay(t, db.Pool, pub, Config{PollInterval: time.Hour})
-	// The first pass (at start, and the listener's) finds nothing; give the listener a moment to LISTEN.
+	n := notifier.New(db.Pool.Config().ConnConfig, nil)
+	testenv.Start(t, 5*time.Second, n.Run)
+	runRelay(t, db.Pool, pub, Config{PollInterval: time.Hour, Notifier: n})
+	// The first pass (at start, and the one Resumed wakes) finds nothing; give the notifier a moment to LISTEN.
 	testenv.Eventually(t, 10*time.Second, "the listener", func() bool {
-		return count(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE query = '`+pgOnlyListen+`' AND datname = current_database()`) > 0
+		return count(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %`+NotifyChannel+`%' AND datname = current_database()`) > 0
 	})
 	start := time.Now()
 	emit(t, db.Pool, dest, 1)
@@ -586,7 +589,7 @@ func TestGaugesShowDrainedOutbox(t *testing.T) {
 	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
 	t.Cleanup(func() { _ = pub.Close() })
 	m := metrics.New()
-	r := NewRelay(db.Pool, pub, Config{PollInterval: time.Hour, NoListen: true}, m, nil)
+	r := NewRelay(db.Pool, pub, Config{PollInterval: time.Hour}, m, nil)
 	emit(t, db.Pool, dest, 3)
 	r.refreshGauges(context.Background(), false) // reads 3, and throttles the next read for an hour
 	if got := gauge(t, m.OutboxUnsent); got != 3 {

@@ -21,6 +21,7 @@ import (
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/notifier"
 )
 
 // Publisher sends one persistent message and returns once the broker confirmed it;
@@ -51,10 +52,10 @@ type Config struct {
 	// Parallel bounds the publishes in flight; give the Publisher as many connections.
 	// Default 4.
 	Parallel int
-	// NoListen turns off the PostgreSQL wake-up: by default the relay LISTENs, and an
-	// emitting transaction's commit (in this process or another) wakes it at once. The
-	// poll stays either way.
-	NoListen bool
+	// Notifier is the process's one LISTEN connection (PostgreSQL only): through it an
+	// emitting transaction's commit, in this process or another, wakes the relay at once.
+	// Nil: the poll alone, as on CockroachDB, where the outbox changefeed wakes it.
+	Notifier *notifier.Notifier
 }
 
 func (c Config) withDefaults() Config {
@@ -104,11 +105,10 @@ func (r *Relay) Wake() {
 // Run relays until ctx ends, then returns nil. A pass publishing when ctx ends is cut
 // short: what it published is marked sent, the rest is released for the next relay.
 func (r *Relay) Run(ctx context.Context) error {
-	if !r.cfg.NoListen {
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); r.listen(ctx) }()
-		defer wg.Wait()
+	if r.cfg.Notifier != nil {
+		// Each time the notifier listens again, too: whatever committed while nobody listened.
+		sub := r.cfg.Notifier.Listen(NotifyChannel, func(notifier.Notification) { r.Wake() })
+		defer sub.Unlisten()
 	}
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
@@ -159,53 +159,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// listen wakes the relay on every NOTIFY, on a connection of its own (outside the pool,
-// which it would otherwise hold forever). It reconnects after a failure; the poll
-// covers the gap.
-func (r *Relay) listen(ctx context.Context) {
-	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}}
-	out := logx.Outage{Log: r.log, What: "outbox listener", Level: slog.LevelWarn}
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, func() {
-			bo.Reset()
-			out.Recovered("outbox listener listening again")
-		})
-		if ctx.Err() != nil || errors.Is(err, errNoListen) {
-			return
-		}
-		out.Fail("outbox listener lost; polling meanwhile, logged once per outage", err)
-		if bo.Wait(ctx) != nil {
-			return
-		}
-	}
-}
-
-// errNoListen ends the listener on CockroachDB, which has no LISTEN/NOTIFY.
-var errNoListen = errors.New("no LISTEN/NOTIFY on CockroachDB")
-
-// listenOnce listens on one connection until it fails; listening runs once LISTEN took.
-func (r *Relay) listenOnce(ctx context.Context, listening func()) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return fmt.Errorf("connecting the outbox listener: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if isCockroach(conn) {
-		return errNoListen // the outbox changefeed wakes the relay there
-	}
-	if _, err := conn.Exec(ctx, pgOnlyListen); err != nil {
-		return fmt.Errorf("listening on %s: %w", NotifyChannel, err)
-	}
-	listening()
-	r.Wake() // whatever committed while nobody listened
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("waiting for outbox notifications: %w", err)
-		}
-		r.Wake()
-	}
 }
 
 type claimed struct {

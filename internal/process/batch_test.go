@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -154,13 +155,18 @@ func TestPushAcrossInstances(t *testing.T) {
 		if i == 1 {
 			runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: time.Hour, Grace: 0}))
 		}
-		p := process.NewPush(e, pool)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = p.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		n := notifier.New(pool.Config().ConnConfig, nil) // each instance's one LISTEN connection
+		p := process.NewPush(e, pool, n)
+		testenv.Start(t, 5*time.Second, n.Run)
+		testenv.Start(t, 5*time.Second, p.Run)
 		pushes = append(pushes, p)
 	}
-	time.Sleep(300 * time.Millisecond) // B listening, its workers in their hour-long wait
+	testenv.Eventually(t, 10*time.Second, "both instances listening", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %`+process.PushChannel+`%'`).Scan(&n)
+		return err == nil && n == 2
+	})
 	for round := 1; round <= 3; round++ {
 		pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))
 		pushes[0].Notify() // A has no workers: only B can process it

@@ -6,10 +6,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/inboxd/inboxd/internal/backoff"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/logx"
+	"github.com/inboxd/inboxd/internal/notifier"
 )
 
 // PushChannel is the PostgreSQL notification channel that tells every instance that
@@ -18,23 +17,25 @@ const PushChannel = "inboxd_journal"
 
 // Push carries "entries were journaled" between inboxd instances on PostgreSQL, where
 // there is no changefeed: Notify (after an ingest commit) sends NOTIFY, and every
-// instance that LISTENs kicks its engine's workers. Within one process, Engine.Kick
-// alone does it. Lost notifications (a connection drop) cost latency only: the workers'
-// interval and the sweeper stay the safety net. CockroachDB has no LISTEN/NOTIFY; its
-// changefeed is the push there.
+// instance listening on its notifier kicks its engine's workers. Within one process,
+// Engine.Kick alone does it. Lost notifications (a connection drop) cost latency only:
+// the workers' interval and the sweeper stay the safety net. CockroachDB has no
+// LISTEN/NOTIFY; its changefeed is the push there.
 type Push struct {
 	e    *Engine
-	pool *pgxpool.Pool
+	db   database.DB
+	n    *notifier.Notifier
 	send chan struct{}
 	out  logx.Outage
 }
 
 // pushFailed opens an outage of push; the workers' interval and the sweeper go on meanwhile.
-const pushFailed = "LISTEN/NOTIFY push failed; retrying quietly until it works again"
+const pushFailed = "sending the NOTIFY of push failed; retrying quietly until it works again"
 
-// NewPush builds the push on the engine and the pool it uses.
-func NewPush(e *Engine, pool *pgxpool.Pool) *Push {
-	return &Push{e: e, pool: pool, send: make(chan struct{}, 1), out: logx.Outage{Log: e.log, What: "LISTEN/NOTIFY push", Level: slog.LevelError}}
+// NewPush builds the push on the engine: it sends NOTIFY on db, and listens on n (the
+// process's one LISTEN connection; nil: it only sends).
+func NewPush(e *Engine, db database.DB, n *notifier.Notifier) *Push {
+	return &Push{e: e, db: db, n: n, send: make(chan struct{}, 1), out: logx.Outage{Log: e.log, What: "NOTIFY push", Level: slog.LevelError}}
 }
 
 // Notify kicks this instance's workers at once and has every instance's kicked by a
@@ -47,63 +48,29 @@ func (p *Push) Notify() {
 	}
 }
 
-// Run sends the notifications and listens for them until ctx ends.
+// Run sends the notifications until ctx ends, and meanwhile kicks the engine on each one
+// the notifier hears, and each time it listens again (anything journaled while nobody
+// listened). The notifier runs on its own.
 func (p *Push) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.sendLoop(ctx)
-	}()
-	// About every second (0.5 to 1.5 s) whatever the attempt.
-	bo := backoff.Waiter{Policy: backoff.Policy{Initial: time.Second, Max: time.Second, Jitter: 0.5}}
-	for ctx.Err() == nil {
-		err := p.listen(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		p.out.Fail(pushFailed, err)
-		_ = bo.Wait(ctx) // ends early with ctx, which ends the loop
+	if p.n != nil {
+		sub := p.n.Listen(PushChannel, func(notifier.Notification) { p.e.Kick() })
+		defer sub.Unlisten()
 	}
-	<-done
-	return nil
-}
-
-func (p *Push) sendLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-p.send:
 		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := p.pool.Exec(sctx, "SELECT pg_notify('"+PushChannel+"', '')")
+		_, err := p.db.Exec(sctx, "SELECT pg_notify('"+PushChannel+"', '')")
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
 			p.out.Fail(pushFailed, fmt.Errorf("sending NOTIFY: %w", err))
+		default:
+			p.out.Recovered("push sends NOTIFY again")
 		}
-	}
-}
-
-// listen holds one connection in LISTEN and kicks the engine on every notification.
-func (p *Push) listen(ctx context.Context) error {
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquiring the LISTEN connection: %w", err)
-	}
-	// The connection carries LISTEN state; never hand it back to the pool.
-	defer func() {
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+PushChannel); err != nil {
-		return fmt.Errorf("LISTEN: %w", err)
-	}
-	p.out.Recovered("LISTEN/NOTIFY push works again")
-	p.e.Kick() // anything journaled while not listening
-	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("waiting for notifications: %w", err)
-		}
-		p.e.Kick()
 	}
 }

@@ -83,8 +83,7 @@ func feedCreates() []journal.Statement {
 // pgOnlySites send statements CockroachDB does not have, and only to PostgreSQL: the
 // code checks the database first. Each is named with the reason.
 var pgOnlySites = map[string]string{
-	"internal/outbox/listenOnce": "LISTEN: the outbox listener runs on PostgreSQL only (CockroachDB has no LISTEN; its changefeed wakes the relay)",
-	"internal/process/listen":    "LISTEN: push between instances runs on PostgreSQL only (service starts it only there; on CockroachDB the changefeed is the push)",
+	"internal/notifier/listen": "LISTEN/UNLISTEN: the notifier runs on PostgreSQL only (the client starts it only there, and it refuses CockroachDB, whose changefeeds wake push and the relay)",
 }
 
 func one(name, sql string) func() []journal.Statement {
