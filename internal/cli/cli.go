@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/inboxd/inboxd"
@@ -85,11 +86,16 @@ func usage(w io.Writer) {
 }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM; the second forces exit.
+// Its stop ends the watch too, also when it is waiting for that second signal: Main
+// runs in-process in tests and in programs that embed the command line, where the
+// first signal's graceful shutdown returns and the watching goroutine must not outlive it.
 func signalContext(stderr io.Writer) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	stopped, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
 		case sig := <-ch:
 			fmt.Fprintf(stderr, "inboxd: %s received, shutting down gracefully (send again to force)\n", sig)
@@ -97,11 +103,19 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 		case <-ctx.Done():
 			return
 		}
-		sig := <-ch
-		fmt.Fprintf(stderr, "inboxd: second %s received, forcing exit\n", sig)
-		os.Exit(130)
+		select {
+		case sig := <-ch:
+			fmt.Fprintf(stderr, "inboxd: second %s received, forcing exit\n", sig)
+			os.Exit(130)
+		case <-stopped:
+		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
+	return ctx, sync.OnceFunc(func() {
+		signal.Stop(ch)
+		close(stopped)
+		cancel()
+		<-exited
+	})
 }
 
 // parseFlags parses a subcommand's flags with the shared configuration.
