@@ -19,7 +19,10 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-func TestMain(t *testing.T) {
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestCommandLine runs Main's help, usage errors and refusals, each with its exit code.
+func TestCommandLine(t *testing.T) {
 	tests := []struct {
 		name     string
 		args     []string
