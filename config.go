@@ -274,12 +274,13 @@ func validName(s string) bool {
 	return s != ""
 }
 
-// MinPoolSize is how many connections the parts of a Client with c may hold at once:
-// the processing workers, a connection and a NOTIFY per destination, the sweeper, the
-// relay, the API, the monitor and the notifier's LISTEN.
+// MinPoolSize is how many connections the parts of a Client with c may hold from its
+// pool at once: the processing workers, two ingest writes per destination (commits in
+// flight), the sweeper, the relay, the API, the health monitor and push's NOTIFY. On
+// PostgreSQL the notifier's LISTEN is one more connection, outside the pool.
 func (c Config) MinPoolSize() int32 {
 	c = c.WithDefaults()
-	return int32(c.Concurrency + 2*len(c.Destinations) + 6)
+	return int32(c.Concurrency + 2*len(c.Destinations) + 5)
 }
 
 // publish is where the API publishes (the demo's POST /registration).

@@ -44,13 +44,26 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 		}
 		return def
 	}
+	cfg := inboxd.Config{
+		StompAddr:    env("INBOXD_STOMP_ADDR", "127.0.0.1:61613"),
+		Destinations: []string{env("ORDERS_QUEUE", "/queue/orders")},
+		// A message with no event-type header and no "type" field is an order.
+		DefaultEventType: "order.placed",
+		Logger:           logger,
+		// inboxd's metrics join the program's own (here the default registry).
+		MetricsRegisterer: prometheus.DefaultRegisterer,
+		// inboxd's REST API and console; the webhook is for CockroachDB changefeeds only.
+		HTTPAddr:       env("ORDERS_HTTP_ADDR", "127.0.0.1:8091"),
+		DisableWebhook: true,
+		// Every other setting keeps its default (inboxd.Config.WithDefaults).
+	}
 	pcfg, err := pgxpool.ParseConfig(env("INBOXD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/orders?sslmode=disable"))
 	if err != nil {
 		return fmt.Errorf("parsing the database URL: %w", err)
 	}
-	// inboxd's parts hold up to Concurrency + 2×destinations + 6 connections at once (16
-	// with the defaults); pgxpool's default is max(4, CPUs), which works, slower.
-	pcfg.MaxConns = max(pcfg.MaxConns, 16)
+	// inboxd's parts hold up to cfg.MinPoolSize() connections at once; pgxpool's default
+	// is max(4, CPUs), which works, slower.
+	pcfg.MaxConns = max(pcfg.MaxConns, cfg.MinPoolSize())
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connecting to the database: %w", err)
@@ -67,19 +80,7 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 		return fmt.Errorf("creating the orders table: %w", err)
 	}
 
-	c, err := inboxd.New(pool, inboxd.Config{
-		StompAddr:    env("INBOXD_STOMP_ADDR", "127.0.0.1:61613"),
-		Destinations: []string{env("ORDERS_QUEUE", "/queue/orders")},
-		// A message with no event-type header and no "type" field is an order.
-		DefaultEventType: "order.placed",
-		Logger:           logger,
-		// inboxd's metrics join the program's own (here the default registry).
-		MetricsRegisterer: prometheus.DefaultRegisterer,
-		// inboxd's REST API and console; the webhook is for CockroachDB changefeeds only.
-		HTTPAddr:       env("ORDERS_HTTP_ADDR", "127.0.0.1:8091"),
-		DisableWebhook: true,
-		// Every other setting keeps the inboxd command line's default.
-	})
+	c, err := inboxd.New(pool, cfg)
 	if err != nil {
 		return err
 	}
