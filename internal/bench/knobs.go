@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/defaults"
-	"github.com/inboxd/inboxd/internal/process"
 )
 
 // Knobs are the tuning settings a row runs with. The parent passes them to the child
@@ -27,10 +26,12 @@ type Knobs struct {
 	Tracing bool `json:"tracing,omitempty"`
 }
 
-// defaultKnobs match inboxd's own defaults (internal/config).
+// defaultKnobs are inboxd's own defaults (the one table, package defaults), with the
+// bench's pool size and changefeed stand-in flush.
 func defaultKnobs() Knobs {
-	return Knobs{BatchSize: 500, Linger: 5 * time.Millisecond, Prefetch: 2000, InFlight: 2, AckMode: "client",
-		PoolSize: 4, Concurrency: process.DefaultConcurrency(), SweepInterval: 200 * time.Millisecond, FeedFlush: 200 * time.Millisecond}
+	return Knobs{BatchSize: defaults.BatchSize, Linger: defaults.BatchLinger, Prefetch: defaults.Prefetch,
+		InFlight: defaults.CommitsInFlight, AckMode: defaults.AckMode, PoolSize: 4, Concurrency: defaults.Concurrency(),
+		SweepInterval: defaults.SweepInterval, FeedFlush: 200 * time.Millisecond}
 }
 
 func (k *Knobs) register(fs *flag.FlagSet) {
