@@ -20,7 +20,7 @@ import (
 )
 
 // TestMain lets the test binary stand in for inboxd: Main re-executes os.Executable()
-// with "bench-row", which lands here.
+// with "bench-row", which lands here. The tests themselves run under testenv.Main.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "bench-row" {
 		if err := RowMain(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testenv.Main(m)
 }
 
 func TestPercentile(t *testing.T) {
