@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/schema"
@@ -18,15 +19,14 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := schema.Migrate(ctx, pool); err != nil {
 		return fmt.Errorf("inboxd: migrating: %w", err)
 	}
-	m := feed.NewManager(pool, nil)
-	crdb, err := m.IsCockroachDB(ctx)
+	dialect, err := database.Detect(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("inboxd: migrating: %w", err)
 	}
-	if !crdb {
+	if !dialect.RowTTL() {
 		return nil // PostgreSQL: Run deletes expired rows itself
 	}
-	if _, err := m.ApplyRetention(ctx, feed.Retention{Journal: defaults.Retention, Quarantine: defaults.QuarantineRetention}); err != nil {
+	if _, err := feed.NewManager(pool, dialect, nil).ApplyRetention(ctx, feed.Retention{Journal: defaults.Retention, Quarantine: defaults.QuarantineRetention}); err != nil {
 		return fmt.Errorf("inboxd: setting retention: %w", err)
 	}
 	return nil

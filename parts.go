@@ -59,11 +59,11 @@ func (c assembly) run(ctx context.Context) error {
 		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections",
 			"max_conns", max, "want_at_least", min)
 	}
-	crdb, err := feed.NewManager(c.pool, nil).IsCockroachDB(ctx)
+	dialect, err := database.Detect(ctx, c.pool)
 	if err != nil {
-		return fmt.Errorf("asking the database what it is: %w", err)
+		return err
 	}
-	if cfg.SweepGrace == 0 && crdb {
+	if cfg.SweepGrace == 0 && dialect.Changefeed() {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = defaults.SweepGraceCockroachDB
 	}
@@ -110,23 +110,23 @@ func (c assembly) run(ctx context.Context) error {
 
 	engine := process.New(c.pool, c.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
 		ImmediateRetries: cfg.ImmediateRetries, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
-		BatchSize: cfg.ProcessBatchSize, TracerProvider: c.tp, CockroachDB: crdb},
+		BatchSize: cfg.ProcessBatchSize, TracerProvider: c.tp, Dialect: dialect},
 		c.m, log.With("component", "process"))
 	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
 		BatchSize: cfg.ProcessBatchSize, StopTimeout: workBudget})
 	// One LISTEN connection, outside the pool, for push and the relay: PostgreSQL only
 	// (on CockroachDB the changefeeds wake them).
 	var ntf *notifier.Notifier
-	if !crdb {
+	if dialect.Listen() {
 		ntf = notifier.New(c.pool.Config().ConnConfig, log.With("component", "notifier"))
 		push = process.NewPush(engine, c.pool, ntf)
 	}
 
 	mon := health.New(health.Config{DB: c.pool, Metrics: c.m, Ingest: sub.Health, StallAfter: cfg.StallAfter,
-		Grace: cfg.SweepGrace, Feed: crdb && !cfg.DisableWebhook, Log: log.With("component", "health")})
+		Grace: cfg.SweepGrace, Feed: dialect.Changefeed() && !cfg.DisableWebhook, Log: log.With("component", "health")})
 	var apiSrv *api.Server
 	if !cfg.DisableHTTP {
-		if apiSrv, err = c.newAPI(ctx, cfg, crdb, stompCfg, publisher, sub, mon, servingBudget); err != nil {
+		if apiSrv, err = c.newAPI(ctx, cfg, dialect, stompCfg, publisher, sub, mon, servingBudget); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,7 @@ func (c assembly) run(ctx context.Context) error {
 	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
 	keep := func(d time.Duration) time.Duration { return max(d, 0) } // negative: forever, the pruner's zero
 	if pruner := retention.New(c.pool, retention.Config{Journal: keep(cfg.Retention), Quarantine: keep(cfg.QuarantineRetention)},
-		log.With("component", "retention")); !crdb && pruner.Enabled() {
+		log.With("component", "retention")); !dialect.RowTTL() && pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
 	serving := lifecycle.Stage{Name: "serving", Parts: []lifecycle.Part{{Name: "health", Run: mon.Run}}}
@@ -220,14 +220,10 @@ func idField(setting string) string {
 
 // newAPI builds the REST API and the console, with the API extensions ctx carries (the
 // command line's demo).
-func (c assembly) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg stompx.Config, publisher *stompx.Publisher,
+func (c assembly) newAPI(ctx context.Context, cfg Config, dialect database.Dialect, stompCfg stompx.Config, publisher *stompx.Publisher,
 	sub *ingest.Subscriber, mon *health.Monitor, shutdown time.Duration) (*api.Server, error) {
-	var apiPool api.Database = c.pool
-	if crdb { // operator transactions begin SERIALIZABLE explicitly, as processing does
-		apiPool = database.SerializablePool{Pool: c.pool}
-	}
 	apiSrv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, Pool: apiPool, Publisher: publisher, Destination: cfg.publish(), Extensions: api.ExtensionsFrom(ctx),
+		Addr: cfg.HTTPAddr, Pool: c.pool, Dialect: dialect, Publisher: publisher, Destination: cfg.publish(), Extensions: api.ExtensionsFrom(ctx),
 		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: c.log.With("component", "api"), Metrics: c.m,
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return stompx.Reachable(ctx, stompCfg) }},
@@ -248,7 +244,7 @@ func (c assembly) newAPI(ctx context.Context, cfg Config, crdb bool, stompCfg st
 		return nil, fmt.Errorf("configuring the api: %w", err)
 	}
 	// The console at /ui/ shares the API's server and middleware; its data comes from the API.
-	if err := console.Register(apiSrv.Echo(), console.Config{CockroachDB: crdb, WebhookURL: cfg.WebhookURL,
+	if err := console.Register(apiSrv.Echo(), console.Config{Dialect: dialect, WebhookURL: cfg.WebhookURL,
 		SweepInterval: cfg.SweepInterval, SweepGrace: cfg.SweepGrace}); err != nil {
 		return nil, fmt.Errorf("configuring the console: %w", err)
 	}

@@ -76,7 +76,7 @@ func (s *Server) adminRetryOne(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := journal.RetryOne(c.Request().Context(), s.cfg.Pool, id)
+	r, err := journal.RetryOne(c.Request().Context(), s.db, id)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return notFound("no journal entry with this id")
@@ -165,7 +165,7 @@ func (s *Server) adminSkipOne(c echo.Context) error {
 	if req.By, err = operatorName(req.By, "invalid skip"); err != nil {
 		return err
 	}
-	r, err := journal.Skip(c.Request().Context(), s.cfg.Pool, id, req.By)
+	r, err := journal.Skip(c.Request().Context(), s.db, id, req.By)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 		return notFound("no journal entry with this id")
@@ -220,9 +220,9 @@ func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
 	ctx := c.Request().Context()
 	var n int64
 	if dry {
-		n, err = journal.CountMatching(ctx, s.cfg.Pool, f, mode)
+		n, err = journal.CountMatching(ctx, s.db, f, mode)
 	} else {
-		n, err = journal.Requeue(ctx, s.cfg.Pool, f, mode)
+		n, err = journal.Requeue(ctx, s.db, f, mode)
 	}
 	if err != nil {
 		s.audit(c, mode.String(), "filter", filterAttrs(f), "dry_run", dry, "count", n, "err", err.Error())
@@ -284,7 +284,7 @@ func (s *Server) adminListQuarantine(c echo.Context) error {
 	if p.Cursor != nil {
 		jp.After = &journal.QuarantineKey{ReceivedAt: *p.Cursor.At, ID: p.Cursor.ID}
 	}
-	rows, more, err := journal.ListQuarantine(c.Request().Context(), s.cfg.Pool, reason, jp)
+	rows, more, err := journal.ListQuarantine(c.Request().Context(), s.db, reason, jp)
 	if err != nil {
 		return Internal("listing quarantine", err)
 	}
@@ -307,7 +307,7 @@ func (s *Server) adminQuarantineBody(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	_, body, err := journal.QuarantineBody(c.Request().Context(), s.cfg.Pool, id)
+	_, body, err := journal.QuarantineBody(c.Request().Context(), s.db, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return notFound("no quarantine row with this id")
 	}
@@ -358,7 +358,7 @@ func (s *Server) adminReinject(c echo.Context) error {
 	}
 	var dest string
 	var pubErr, destErr error
-	res, err := journal.Reinject(c.Request().Context(), s.cfg.Pool, id, req.Force,
+	res, err := journal.Reinject(c.Request().Context(), s.db, id, req.Force,
 		func(ctx context.Context, q journal.QuarantineRecord, raw []byte) error {
 			dest = q.Destination
 			if req.Destination != "" {

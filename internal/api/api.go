@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -30,13 +31,6 @@ type Publisher interface {
 	Publish(ctx context.Context, destination string, body []byte, headers map[string]string) error
 }
 
-// Database is a database.DB that /readyz can ping: *pgxpool.Pool or a
-// database.SerializablePool.
-type Database interface {
-	database.DB
-	Ping(ctx context.Context) error
-}
-
 // ReadyCheck is one dependency /readyz checks, such as the broker.
 type ReadyCheck struct {
 	Name  string
@@ -55,7 +49,11 @@ type Config struct {
 	// TLS, when set, makes Run serve HTTPS.
 	TLS *tls.Config
 
-	Pool      Database  // required
+	Pool *pgxpool.Pool // required
+	// Dialect is the database's (database.Detect): on CockroachDB operator
+	// transactions begin SERIALIZABLE (Dialect.TxPool), and /admin/feed lists the
+	// changefeed jobs.
+	Dialect   database.Dialect
 	Publisher Publisher // required: quarantine reinjection, and extensions that publish
 	// Destination is where extensions publish, e.g. "/queue/registrations".
 	Destination string // required
@@ -100,7 +98,8 @@ type Config struct {
 // Server is the REST API.
 type Server struct {
 	cfg         Config
-	openAPI     []byte // the core document with the extensions' paths
+	db          database.DB // cfg.Pool, or on CockroachDB a SerializablePool over it
+	openAPI     []byte      // the core document with the extensions' paths
 	e           *echo.Echo
 	log         *slog.Logger
 	admin, read echo.MiddlewareFunc
@@ -124,8 +123,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
+	db := cfg.Dialect.TxPool(cfg.Pool)
 	if cfg.Watermarks == nil {
-		cfg.Watermarks = tableWatermarks{cfg.Pool}
+		cfg.Watermarks = tableWatermarks{db}
 	}
 	if cfg.IPExtractor == nil {
 		cfg.IPExtractor = echo.ExtractIPDirect()
@@ -147,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, openAPI: doc}
+	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
 	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
 	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
 	if cfg.AdminToken == "" {

@@ -56,7 +56,7 @@ func (s *Server) adminEditAndRetry(c echo.Context) error {
 		payload = []byte(text)
 	}
 	from := c.RealIP()
-	r, ed, err := journal.EditAndRetry(c.Request().Context(), s.cfg.Pool, id, journal.EditRequest{
+	r, ed, err := journal.EditAndRetry(c.Request().Context(), s.db, id, journal.EditRequest{
 		Payload: payload, By: req.By, From: from, MaxBytes: s.cfg.MaxEventBytes, IDField: s.cfg.IDField})
 	var refusal *journal.EditRefusal
 	switch {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
@@ -33,14 +32,14 @@ type feedJob struct {
 // `inboxd changefeed status` prints), secrets redacted by internal/feed.
 func (s *Server) adminFeed(c echo.Context) error {
 	ctx := c.Request().Context()
-	jobs, err := feed.NewManager(s.cfg.Pool, s.log).List(ctx)
-	if errors.Is(err, feed.ErrNeedsCockroachDB) {
-		return c.JSON(http.StatusOK, feedResponse{Database: "postgresql", Jobs: []feedJob{}})
+	if !s.cfg.Dialect.Changefeed() {
+		return c.JSON(http.StatusOK, feedResponse{Database: s.cfg.Dialect.String(), Jobs: []feedJob{}})
 	}
+	jobs, err := feed.NewManager(s.db, s.cfg.Dialect, s.log).List(ctx)
 	if err != nil {
 		return Internal("listing changefeed jobs", err)
 	}
-	out := feedResponse{Database: "cockroachdb", Jobs: make([]feedJob, 0, len(jobs))}
+	out := feedResponse{Database: s.cfg.Dialect.String(), Jobs: make([]feedJob, 0, len(jobs))}
 	now := time.Now()
 	for _, j := range jobs {
 		fj := feedJob{ID: j.ID, Status: j.Status, RunningStatus: j.RunningStatus, HighWater: j.HighWater, Error: j.Error,

@@ -109,7 +109,7 @@ func (s *Server) listEvents(c echo.Context, eventType string) error {
 }
 
 func (s *Server) respondEvents(c echo.Context, q eventQuery) error {
-	recs, more, err := journal.List(c.Request().Context(), s.cfg.Pool, q.Filter, q.journalPage())
+	recs, more, err := journal.List(c.Request().Context(), s.db, q.Filter, q.journalPage())
 	if err != nil {
 		return Internal("listing journal", err)
 	}
@@ -138,7 +138,7 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 	if err != nil {
 		return err
 	}
-	r, err := journal.Get(c.Request().Context(), s.cfg.Pool, id)
+	r, err := journal.Get(c.Request().Context(), s.db, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return notFound("no journal entry with this id")
 	}
@@ -146,7 +146,7 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 		return Internal("reading journal entry", err)
 	}
 	out := toEntry(r)
-	attempts, err := journal.Attempts(c.Request().Context(), s.cfg.Pool, id)
+	attempts, err := journal.Attempts(c.Request().Context(), s.db, id)
 	if err != nil {
 		return Internal("reading journal entry", err)
 	}
@@ -157,7 +157,7 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 			EditedBy: a.EditedBy, EditedFrom: a.EditedFrom, OriginalPayload: a.Original})
 	}
 	if r.Status == journal.StatusReceived || r.Status == journal.StatusFailed {
-		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.cfg.Pool, r.AggregateID, r.SequenceNo)
+		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.db, r.AggregateID, r.SequenceNo)
 		if err != nil {
 			return Internal("reading journal entry", err)
 		}
@@ -209,7 +209,7 @@ type watermarkJSON struct {
 
 func (s *Server) journalStats(c echo.Context) error {
 	ctx := c.Request().Context()
-	st, err := journal.ReadStats(ctx, s.cfg.Pool)
+	st, err := journal.ReadStats(ctx, s.db)
 	if err != nil {
 		return Internal("reading journal stats", err)
 	}
@@ -223,7 +223,7 @@ func (s *Server) journalStats(c echo.Context) error {
 		Quarantine:              quarantineStats{Total: st.Quarantined, NotReinjected: st.QuarantineNotReinjected},
 		FeedWatermarks:          make([]watermarkJSON, 0, len(wms)),
 	}
-	ob, err := outbox.ReadStats(ctx, s.cfg.Pool)
+	ob, err := outbox.ReadStats(ctx, s.db)
 	if err != nil {
 		return Internal("reading outbox stats", err)
 	}

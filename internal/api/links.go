@@ -71,7 +71,7 @@ func (s *Server) index(c echo.Context) error {
 
 // journalIndex is GET /journal: a listing link per event type in the journal.
 func (s *Server) journalIndex(c echo.Context) error {
-	types, err := journal.EventTypes(c.Request().Context(), s.cfg.Pool)
+	types, err := journal.EventTypes(c.Request().Context(), s.db)
 	if err != nil {
 		return Internal("listing event types", err)
 	}

@@ -38,7 +38,7 @@ func (s *Server) journalRates(c echo.Context) error {
 		}
 		minutes = n
 	}
-	bs, now, err := journal.Rates(c.Request().Context(), s.cfg.Pool, time.Duration(minutes)*time.Minute, rateBucket)
+	bs, now, err := journal.Rates(c.Request().Context(), s.db, time.Duration(minutes)*time.Minute, rateBucket)
 	if err != nil {
 		return Internal("reading journal rates", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/certs"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -104,13 +105,13 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	m := feed.NewManager(pool, cfg.Logger(e.stderr))
+	d, err := database.Detect(ctx, pool)
+	if err != nil {
+		return err
+	}
+	m := feed.NewManager(pool, d, cfg.Logger(e.stderr))
 	if ifCRDB {
-		isCRDB, err := m.IsCockroachDB(ctx)
-		if err != nil {
-			return err
-		}
-		if !isCRDB {
+		if !d.Changefeed() {
 			fmt.Fprintln(e.stdout, "not CockroachDB: no changefeed; the sweeper processes the journal instead")
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/schema"
@@ -46,17 +47,16 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "demo: the customers table exists")
 	}
 	// Retention: row-level TTL on CockroachDB; on PostgreSQL "inboxd serve" prunes.
-	m := feed.NewManager(pool, cfg.Logger(e.stderr))
-	crdb, err := m.IsCockroachDB(ctx)
+	d, err := database.Detect(ctx, pool)
 	if err != nil {
 		return err
 	}
-	if !crdb {
+	if !d.RowTTL() {
 		fmt.Fprintf(e.stdout, "retention: PostgreSQL, so inboxd serve deletes expired rows (journal %s, quarantine %s)\n",
 			cfg.Retention, cfg.QuarantineRetention)
 		return nil
 	}
-	ran, err := m.ApplyRetention(ctx, feed.Retention{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention})
+	ran, err := feed.NewManager(pool, d, cfg.Logger(e.stderr)).ApplyRetention(ctx, feed.Retention{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention})
 	for _, stmt := range ran {
 		fmt.Fprintln(e.stdout, "retention:", stmt)
 	}

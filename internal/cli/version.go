@@ -7,21 +7,21 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/database"
 )
 
-// checkServerVersion refuses a CockroachDB older than feed.MinVersion, reading the
-// crdb_version parameter CockroachDB reports at connection start (pkg/sql/pgwire/conn.go,
-// statusReportParams; pgconn.PgConn.ParameterStatus). PostgreSQL reports none and passes.
+// checkServerVersion refuses a CockroachDB older than database.MinVersion, reading the
+// crdb_version parameter CockroachDB reports at connection start (database.VersionParam).
+// PostgreSQL reports none and passes.
 // On a release whose CDC queries still need an Enterprise license key, it says so on w.
 func checkServerVersion(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
 	c, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
-	raw := c.Conn().PgConn().ParameterStatus("crdb_version")
+	raw := c.Conn().PgConn().ParameterStatus(database.VersionParam)
 	c.Release()
-	v, err := feed.CheckVersion(raw)
+	v, err := database.CheckVersion(raw)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 )
@@ -29,9 +30,9 @@ var staticFS embed.FS
 // Config describes the deployment the feed page explains; the console reads no data
 // itself.
 type Config struct {
-	// CockroachDB is true when the database is CockroachDB, where a changefeed feeds
+	// Dialect is the database's (database.Detect): on CockroachDB a changefeed feeds
 	// the webhook; on PostgreSQL the sweeper drives processing.
-	CockroachDB   bool
+	Dialect       database.Dialect
 	WebhookURL    string        // the changefeed's sink, e.g. webhook-https://inboxd:8443/changefeed
 	SweepInterval time.Duration // how often the sweeper looks for due work
 	SweepGrace    time.Duration // how long a RECEIVED row waits for the feed

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 func newEcho(t *testing.T, cfg Config) *echo.Echo {
@@ -90,7 +92,7 @@ func TestFeedPage(t *testing.T) {
 		want string
 	}{
 		{Config{}, "The sweeper drives processing"},
-		{Config{CockroachDB: true, WebhookURL: "webhook-https://inboxd:8443/changefeed"}, "webhook-https://inboxd:8443/changefeed"},
+		{Config{Dialect: database.CockroachDB, WebhookURL: "webhook-https://inboxd:8443/changefeed"}, "webhook-https://inboxd:8443/changefeed"},
 	} {
 		body := get(newEcho(t, tc.cfg), "/ui/feed").Body.String()
 		if !strings.Contains(body, tc.want) {

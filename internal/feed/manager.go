@@ -71,33 +71,24 @@ const simple = pgx.QueryExecModeSimpleProtocol
 
 // Manager creates and controls the journal changefeed on CockroachDB.
 type Manager struct {
-	db  database.DB
-	log *slog.Logger
+	db      database.DB
+	dialect database.Dialect
+	log     *slog.Logger
 }
 
-// NewManager returns a manager using db; a nil logger discards.
-func NewManager(db database.DB, logger *slog.Logger) *Manager {
+// NewManager returns a manager using db, whose dialect is d (database.Detect); a nil
+// logger discards.
+func NewManager(db database.DB, d database.Dialect, logger *slog.Logger) *Manager {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{db: db, log: logger}
+	return &Manager{db: db, dialect: d, log: logger}
 }
 
-// IsCockroachDB reports whether the database is CockroachDB.
-func (m *Manager) IsCockroachDB(ctx context.Context) (bool, error) {
-	var v string
-	if err := m.db.QueryRow(ctx, versionSQL, simple).Scan(&v); err != nil {
-		return false, fmt.Errorf("detecting database: %w", err)
-	}
-	return strings.Contains(v, "CockroachDB"), nil
-}
-
-func (m *Manager) requireCockroach(ctx context.Context) error {
-	ok, err := m.IsCockroachDB(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
+// requireCockroach refuses every changefeed operation on a database without
+// changefeeds, before it runs anything. (The TTL operations ask Dialect.RowTTL.)
+func (m *Manager) requireCockroach() error {
+	if !m.dialect.Changefeed() {
 		return ErrNeedsCockroachDB
 	}
 	return nil
@@ -105,7 +96,7 @@ func (m *Manager) requireCockroach(ctx context.Context) error {
 
 // EnableRangefeeds sets kv.rangefeed.enabled (needs the admin role).
 func (m *Manager) EnableRangefeeds(ctx context.Context) error {
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return err
 	}
 	if _, err := m.db.Exec(ctx, EnableRangefeedsSQL, simple); err != nil {
@@ -117,7 +108,7 @@ func (m *Manager) EnableRangefeeds(ctx context.Context) error {
 // List returns the changefeed jobs CockroachDB still shows (running ones and those
 // finished in the last 12 hours).
 func (m *Manager) List(ctx context.Context) ([]Job, error) {
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return nil, err
 	}
 	return m.list(ctx)
@@ -143,7 +134,7 @@ func (m *Manager) list(ctx context.Context) ([]Job, error) {
 
 // Find returns the live (non-terminal) changefeed for the sink, or ErrNotFound.
 func (m *Manager) Find(ctx context.Context, sinkURL string) (Job, error) {
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return Job{}, err
 	}
 	return m.find(ctx, sinkURL)
@@ -185,7 +176,7 @@ func (m *Manager) create(ctx context.Context, o Options, build func(Options) (st
 	if err != nil {
 		return 0, err
 	}
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return 0, err
 	}
 	existing, err := m.find(ctx, o.SinkURL)
@@ -205,7 +196,7 @@ func (m *Manager) create(ctx context.Context, o Options, build func(Options) (st
 
 // Status returns one changefeed job, or ErrNotFound.
 func (m *Manager) Status(ctx context.Context, id int64) (Job, error) {
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return Job{}, err
 	}
 	jobs, err := m.list(ctx)
@@ -236,7 +227,7 @@ func (m *Manager) Cancel(ctx context.Context, id int64) error {
 }
 
 func (m *Manager) control(ctx context.Context, what, stmt string) error {
-	if err := m.requireCockroach(ctx); err != nil {
+	if err := m.requireCockroach(); err != nil {
 		return err
 	}
 	if _, err := m.db.Exec(ctx, stmt, simple); err != nil {
@@ -252,8 +243,8 @@ func (m *Manager) EnableTTL(ctx context.Context, o TTLOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := m.requireCockroach(ctx); err != nil {
-		return err
+	if !m.dialect.RowTTL() {
+		return ErrNeedsCockroachDB
 	}
 	if _, err := m.db.Exec(ctx, stmt, simple); err != nil {
 		return fmt.Errorf("enabling row-level TTL: %w", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -13,17 +14,17 @@ import (
 // anything: the journal stays untouched.
 func TestManagerOnPostgreSQL(t *testing.T) {
 	db := testenv.NewDB(t)
-	m := NewManager(db.Pool, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	crdb, err := m.IsCockroachDB(ctx)
+	d, err := database.Detect(ctx, db.Pool)
 	if err != nil {
-		t.Fatalf("IsCockroachDB: %v", err)
+		t.Fatalf("Detect: %v", err)
 	}
-	if crdb {
-		t.Fatal("PostgreSQL detected as CockroachDB")
+	if d != database.PostgreSQL {
+		t.Fatalf("PostgreSQL detected as %s", d)
 	}
+	m := NewManager(db.Pool, d, nil)
 
 	opts := DefaultOptions("webhook-https://inboxd:8443/changefeed", testCA, "Bearer t")
 	ops := map[string]func() error{
@@ -36,6 +37,7 @@ func TestManagerOnPostgreSQL(t *testing.T) {
 		"Cancel":           func() error { return m.Cancel(ctx, 1) },
 		"EnableRangefeeds": func() error { return m.EnableRangefeeds(ctx) },
 		"EnableTTL":        func() error { return m.EnableTTL(ctx, TTLOptions{Retention: time.Hour}) },
+		"ApplyRetention":   func() error { _, err := m.ApplyRetention(ctx, Retention{Journal: time.Hour}); return err },
 	}
 	for name, op := range ops {
 		t.Run(name, func(t *testing.T) {
@@ -51,9 +53,10 @@ func TestManagerOnPostgreSQL(t *testing.T) {
 	}
 }
 
+// On CockroachDB a database error is reported as such, not as ErrNeedsCockroachDB.
 func TestManagerDatabaseDown(t *testing.T) {
 	db := testenv.NewDB(t)
-	m := NewManager(db.Pool, nil)
+	m := NewManager(db.Pool, database.CockroachDB, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := m.Pause(ctx, 1); err == nil || errors.Is(err, ErrNeedsCockroachDB) {

@@ -94,8 +94,8 @@ func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	if err := m.requireCockroach(ctx); err != nil {
-		return nil, err
+	if !m.dialect.RowTTL() {
+		return nil, ErrNeedsCockroachDB
 	}
 	var ran []string
 	for _, stmt := range stmts {

@@ -12,11 +12,6 @@ import (
 // https://www.cockroachlabs.com/docs/stable/create-and-configure-changefeeds#enable-rangefeeds
 const EnableRangefeedsSQL = `SET CLUSTER SETTING kv.rangefeed.enabled = true`
 
-// versionSQL tells CockroachDB from PostgreSQL: CockroachDB's version() starts with
-// "CockroachDB CCL v…".
-// https://www.cockroachlabs.com/docs/stable/functions-and-operators#system-info-functions
-const versionSQL = `SELECT version()`
-
 // showJobsSQL lists changefeed jobs with the columns Status reports. SHOW CHANGEFEED JOBS
 // keeps finished jobs for 12 hours; the [ … ] form lets us pick and coalesce columns.
 // https://www.cockroachlabs.com/docs/stable/show-jobs#show-changefeed-jobs

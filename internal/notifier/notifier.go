@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/inboxd/inboxd/internal/backoff"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/logx"
 )
 
@@ -189,7 +190,7 @@ func (n *Notifier) session(ctx context.Context, listening func()) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if conn.PgConn().ParameterStatus("crdb_version") != "" {
+	if !database.DialectOf(conn).Listen() {
 		return ErrNoListen
 	}
 	n.mu.Lock()

@@ -389,7 +389,9 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 	// Statements under sqlbound's bound (CockroachDB refuses a client message over
 	// 16 MiB) and of at most SeqBlock rows, in order: each draws a later sequence block.
 	runs := sqlbound.Split(todo, sqlbound.Size(sqlInsert), sqlbound.DefaultMaxStatementBytes, func(i int) int { return sizes[i] })
-	pg := !isCockroach(tx.Conn())
+	// NOTIFY where the database has LISTEN, by the Dialect of the transaction's connection:
+	// a handler passes nothing else.
+	notify := database.DialectOf(tx.Conn()).Listen()
 	for len(runs) > 0 {
 		run := runs[0]
 		if len(run) > SeqBlock {
@@ -403,7 +405,7 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 		}
 		var inserted []string
 		var err error
-		if pg {
+		if notify {
 			inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg)
 		} else {
 			inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg)
@@ -431,11 +433,6 @@ func insertRows(ctx context.Context, tx pgx.Tx, sql string, ids, dests, headers 
 		return nil, fmt.Errorf("writing %d outbox rows: %w", len(ids), err)
 	}
 	return inserted, nil
-}
-
-// isCockroach tells CockroachDB by the crdb_version parameter it reports at connect.
-func isCockroach(c *pgx.Conn) bool {
-	return c != nil && c.PgConn() != nil && c.PgConn().ParameterStatus("crdb_version") != ""
 }
 
 // Row is an outbox row.

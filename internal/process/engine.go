@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -43,11 +44,11 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// TracerProvider makes the processing spans; nil means otel's global provider.
 	TracerProvider trace.TracerProvider
-	// CockroachDB: the database is CockroachDB (the service detects it). Every processing
-	// transaction then begins with explicit SERIALIZABLE isolation, whatever the session's
+	// Dialect is the database's (database.Detect). On CockroachDB every processing
+	// transaction begins with explicit SERIALIZABLE isolation, whatever the session's
 	// default (an operator's READ COMMITTED default would silently change the guarantees),
 	// and with durable locks (see setTimeouts).
-	CockroachDB bool
+	Dialect database.Dialect
 }
 
 // DefaultConcurrency is one batch transaction per CPU, at least 2. A worker runs a batch
@@ -248,13 +249,13 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("setting statement_timeout: %w", err)
 	}
-	if e.cfg.CockroachDB {
+	if e.cfg.Dialect == database.CockroachDB {
 		// Under SERIALIZABLE, CockroachDB's FOR UPDATE locks are best-effort by default:
 		// a lease transfer, split or merge can drop them before the commit, and a second
 		// worker could then claim an entry this one holds (serializability still lets only
 		// one of them commit, so database effects stay exactly once, but the handler runs
 		// twice). This makes them durable (v23.2+; SKIP LOCKED over replicated locks
-		// needs v24.1+, cockroach PR #116776, and feed.MinVersion is v24.1).
+		// needs v24.1+, cockroach PR #116776, and database.MinVersion is v24.1).
 		// https://www.cockroachlabs.com/docs/stable/known-limitations#select-for-update-limitations
 		// https://github.com/cockroachdb/cockroach/pull/107749 (the session variable)
 		if _, err := tx.Exec(ctx, "SET LOCAL enable_durable_locking_for_serializable = on"); err != nil {
@@ -265,10 +266,10 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 }
 
 // txOptions are the options every processing transaction begins with: explicit
-// SERIALIZABLE on CockroachDB (Config.CockroachDB); the session's default on PostgreSQL,
+// SERIALIZABLE on CockroachDB (Config.Dialect); the session's default on PostgreSQL,
 // where processing relies on row locks under READ COMMITTED.
 func (e *Engine) txOptions() pgx.TxOptions {
-	if e.cfg.CockroachDB {
+	if e.cfg.Dialect == database.CockroachDB {
 		return pgx.TxOptions{IsoLevel: pgx.Serializable}
 	}
 	return pgx.TxOptions{}

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // On CockroachDB every processing transaction begins with explicit SERIALIZABLE, so an
@@ -11,12 +13,12 @@ import (
 // PostgreSQL the session's default stays.
 func TestTxOptionsByDatabase(t *testing.T) {
 	for _, tt := range []struct {
-		crdb bool
-		want pgx.TxIsoLevel
-	}{{true, pgx.Serializable}, {false, ""}} {
-		e := New(nil, nil, Config{CockroachDB: tt.crdb}, nil, nil)
+		dialect database.Dialect
+		want    pgx.TxIsoLevel
+	}{{database.CockroachDB, pgx.Serializable}, {database.PostgreSQL, ""}} {
+		e := New(nil, nil, Config{Dialect: tt.dialect}, nil, nil)
 		if got := e.txOptions().IsoLevel; got != tt.want {
-			t.Errorf("CockroachDB %v: isolation %q, want %q", tt.crdb, got, tt.want)
+			t.Errorf("%s: isolation %q, want %q", tt.dialect, got, tt.want)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
@@ -230,11 +229,7 @@ func (s *Sweeper) refreshParked(ctx context.Context) error {
 // repairHeads recomputes stale aggregate heads at the front of the due ones (see
 // journal.RepairStaleHeads): a safety net, logged when it finds any.
 func (s *Sweeper) repairHeads(ctx context.Context) {
-	var pool database.DB = s.e.db
-	if s.e.cfg.CockroachDB {
-		pool = database.SerializablePool{Pool: s.e.db} // explicit SERIALIZABLE, as txOptions
-	}
-	n, err := journal.RepairStaleHeads(ctx, pool, 4*s.cfg.BatchSize)
+	n, err := journal.RepairStaleHeads(ctx, s.e.cfg.Dialect.TxPool(s.e.db), 4*s.cfg.BatchSize)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		s.e.log.Warn("repairing aggregate heads failed", "error", err)

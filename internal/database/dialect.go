@@ -1,0 +1,90 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Dialect is the database inboxd runs on: PostgreSQL or CockroachDB. Detect tells it
+// once, when inboxd starts, and the assembly passes it to every part that behaves
+// differently on the two; no part asks the database again. The zero value is
+// PostgreSQL.
+type Dialect uint8
+
+const (
+	PostgreSQL Dialect = iota
+	CockroachDB
+)
+
+// String is "postgresql" or "cockroachdb", as the API reports it.
+func (d Dialect) String() string {
+	if d == CockroachDB {
+		return "cockroachdb"
+	}
+	return "postgresql"
+}
+
+// Listen reports LISTEN/NOTIFY, which wakes processing and the outbox relay as soon as
+// a transaction commits. PostgreSQL has it; CockroachDB does not, and its changefeeds
+// deliver the wake-ups there instead.
+func (d Dialect) Listen() bool { return d == PostgreSQL }
+
+// RowTTL reports row-level TTL, with which the database deletes expired journal and
+// quarantine rows itself ("inboxd migrate" sets it); without it inboxd's pruner does
+// (https://www.cockroachlabs.com/docs/stable/row-level-ttl).
+func (d Dialect) RowTTL() bool { return d == CockroachDB }
+
+// Changefeed reports CREATE CHANGEFEED, with which the database posts new journal rows
+// to inboxd's webhook; without it the sweeper (and LISTEN) drive processing
+// (https://www.cockroachlabs.com/docs/stable/create-changefeed).
+func (d Dialect) Changefeed() bool { return d == CockroachDB }
+
+// TxPool is p for the transactions inboxd begins with Begin (operator actions, head
+// repairs): on CockroachDB a SerializablePool, so that they begin SERIALIZABLE whatever
+// the session's default, as processing's do; on PostgreSQL p itself, whose session
+// default processing relies on.
+func (d Dialect) TxPool(p *pgxpool.Pool) DB {
+	if d == CockroachDB {
+		return SerializablePool{Pool: p}
+	}
+	return p
+}
+
+// versionSQL tells CockroachDB from PostgreSQL: CockroachDB's version() starts with
+// "CockroachDB CCL v…".
+// https://www.cockroachlabs.com/docs/stable/functions-and-operators#system-info-functions
+const versionSQL = `SELECT version()`
+
+// Detect asks the database which dialect it speaks. Sent unprepared: a statement run
+// once gains nothing from preparing.
+func Detect(ctx context.Context, db DB) (Dialect, error) {
+	var v string
+	if err := db.QueryRow(ctx, versionSQL, pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil {
+		return PostgreSQL, fmt.Errorf("detecting the database: %w", err)
+	}
+	if strings.Contains(v, "CockroachDB") {
+		return CockroachDB, nil
+	}
+	return PostgreSQL, nil
+}
+
+// VersionParam is the parameter CockroachDB reports its release in at connection start
+// (pkg/sql/pgwire/conn.go, statusReportParams; pgconn.PgConn.ParameterStatus), in the
+// form ParseVersion reads. PostgreSQL reports no such parameter.
+const VersionParam = "crdb_version"
+
+// DialectOf tells the dialect of the server c is connected to by VersionParam, without
+// a round trip. It is for where no Dialect can be passed: outbox.EmitBatch, which
+// handlers call with nothing but their transaction, and the notifier's own connection,
+// which refuses to wait for a LISTEN that CockroachDB will never take. Everything else
+// takes the Dialect that Detect found.
+func DialectOf(c *pgx.Conn) Dialect {
+	if c != nil && c.PgConn() != nil && c.PgConn().ParameterStatus(VersionParam) != "" {
+		return CockroachDB
+	}
+	return PostgreSQL
+}
