@@ -1,0 +1,11 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"testing"
+
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
