@@ -17,6 +17,10 @@ var leakIgnores = []goleak.Option{
 	// go-stomp's in-memory test server (stompx's reconnect test): Serve's request loop
 	// reads its channel forever, and closing the listener ends only its accept loop.
 	goleak.IgnoreTopFunction("github.com/go-stomp/stomp/v3/server.(*requestProcessor).Serve"),
+	// go-stomp's Subscription.Unsubscribe waits for its receipt in a goroutine; when the
+	// receipt times out (a loaded broker), that goroutine waits on the subscription's
+	// condition forever (waitWithTimeout, subscription.go).
+	goleak.IgnoreAnyFunction("github.com/go-stomp/stomp/v3.waitWithTimeout.func1"),
 }
 
 // Main runs a package's tests (the body of its TestMain, after any work of its own) and
