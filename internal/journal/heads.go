@@ -118,7 +118,9 @@ const pickSpread = 4
 // PickHeads picks, without locking anything, the due heads a claim of up to limit
 // entries tries: the oldest due first, up to pickSpread × limit of them, FAILED heads
 // whose retry has come and RECEIVED heads older than grace; or, when aggregates is not
-// nil, the heads of those aggregates that are due. Run it outside the processing
+// nil, the heads of those aggregates that are due, at most limit of them (in no
+// particular order: a caller with more aggregates than limit passes them a limit at a
+// time, or some are left out). Run it outside the processing
 // transaction, on the pool, before that transaction begins: under SERIALIZABLE
 // (CockroachDB's default) a range read of aggregate_head_due inside it would conflict with
 // every transaction moving a head in that range and restart it; outside, the processing

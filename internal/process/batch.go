@@ -297,13 +297,27 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) cla
 
 // ProcessDue processes one batch of due aggregate heads (see journal.ClaimHeads): up
 // to limit of them, skipping entries other workers hold. aggregates, when not nil,
-// restricts it to those aggregates (and then waits for rows other transactions hold).
-// It returns the outcomes by id and the entries it claimed.
+// restricts it to the first limit of those aggregates (fewer if the batch conflicts),
+// and then it waits for rows other transactions hold. It returns the outcomes by id
+// and the entries it claimed.
 func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (map[string]Outcome, []journal.Head, error) {
-	res, _, err := e.batch(ctx, limit, func(l int) claimFunc {
+	res, _, err := e.processDue(ctx, grace, limit, aggregates)
+	return res.outs, res.claimed, err
+}
+
+// processDue is ProcessDue, and when aggregates is not nil, how many of them, from the
+// front, the batch that committed tried: no more than its size limit, which is limit
+// unless conflicts halved it (batch). The others were not looked at; chain gives them
+// to its next batch.
+func (e *Engine) processDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (batchResult, int, error) {
+	res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
+		aggs := aggregates
+		if aggs != nil {
+			aggs = aggs[:min(l, len(aggs))]
+		}
 		// Picked here, on the pool, before the batch's transaction begins (see
 		// journal.PickHeads); batch calls this again before every try.
-		picked, err := journal.PickHeads(ctx, e.db, grace, l, aggregates)
+		picked, err := journal.PickHeads(ctx, e.db, grace, l, aggs)
 		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
 			if err != nil {
 				return nil, err
@@ -311,7 +325,7 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int,
 			return journal.LockPicked(ctx, tx, picked, grace, l, aggregates == nil)
 		}
 	})
-	return res.outs, res.claimed, err
+	return res, min(l, len(aggregates)), err
 }
 
 // Process processes one event, then the successors of its aggregate it unblocked.
@@ -437,7 +451,11 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 }
 
 // chain processes the due heads of aggregates, batch after batch, for as long as
-// batches complete events, up to maxChain events.
+// batches complete events, up to maxChain events. A batch takes up to its size limit
+// of the aggregates (BatchSize, less after conflicts); those it did not take go to the
+// next batch, ahead of the ones it moved on. Nothing else would move them: their
+// delivery was answered once this returns, and the sweeper takes a RECEIVED head only
+// after its grace.
 func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[string]Outcome) error {
 	list := make([]string, 0, len(aggs))
 	for a := range aggs {
@@ -445,11 +463,12 @@ func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[strin
 	}
 	sort.Strings(list)
 	for n := 0; n < maxChain && len(list) > 0; {
-		o, heads, err := e.ProcessDue(ctx, 0, e.cfg.BatchSize, list)
+		res, took, err := e.processDue(ctx, 0, e.cfg.BatchSize, list)
 		if err != nil {
 			return err
 		}
-		next := list[:0:0]
+		o, heads := res.outs, res.claimed
+		next := slices.Clone(list[took:])
 		for _, h := range heads {
 			outs[h.ID] = o[h.ID]
 			if o[h.ID].completes() {
