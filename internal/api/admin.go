@@ -63,9 +63,9 @@ func (s *Server) adminListEvents(c echo.Context) error {
 }
 
 type retryResponse struct {
-	ID      string `json:"id"`
-	Status  string `json:"status"`
-	Retried bool   `json:"retried"`
+	ID      string         `json:"id"`
+	Status  journal.Status `json:"status"`
+	Retried bool           `json:"retried"`
 }
 
 // POST /admin/events/{id}/retry requeues one FAILED, DEAD or REJECTED entry (status
@@ -83,7 +83,7 @@ func (s *Server) adminRetryOne(c echo.Context) error {
 	case errors.Is(err, journal.ErrNotRetryable) && r.Status == journal.StatusProcessed:
 		s.audit(c, "retry", "id", id, "count", 0, "status", r.Status)
 		return &httpError{status: http.StatusConflict, msg: "entry is already processed",
-			detail: map[string]string{"id": id, "status": r.Status, "hint": "POST /admin/events/replay to process it again"}}
+			detail: map[string]string{"id": id, "status": string(r.Status), "hint": "POST /admin/events/replay to process it again"}}
 	case errors.Is(err, journal.ErrNotRetryable):
 		s.audit(c, "retry", "id", id, "count", 0, "status", r.Status)
 		return c.JSON(http.StatusOK, retryResponse{ID: id, Status: r.Status, Retried: false})
@@ -100,11 +100,11 @@ type skipRequest struct {
 }
 
 type skipResponse struct {
-	ID        string     `json:"id"`
-	Status    string     `json:"status"`
-	Skipped   bool       `json:"skipped"`
-	SkippedBy *string    `json:"skipped_by"`
-	SkippedAt *time.Time `json:"skipped_at"`
+	ID        string         `json:"id"`
+	Status    journal.Status `json:"status"`
+	Skipped   bool           `json:"skipped"`
+	SkippedBy *string        `json:"skipped_by"`
+	SkippedAt *time.Time     `json:"skipped_at"`
 }
 
 // maxSkipBy bounds the operator name recorded with a skip or an edit.
@@ -175,7 +175,7 @@ func (s *Server) adminSkipOne(c echo.Context) error {
 	case errors.Is(err, journal.ErrNotSkippable):
 		s.audit(c, "skip", "id", id, "count", 0, "status", r.Status)
 		return &httpError{status: http.StatusConflict, msg: "only a DEAD entry can be skipped",
-			detail: map[string]string{"id": id, "status": r.Status}}
+			detail: map[string]string{"id": id, "status": string(r.Status)}}
 	case err != nil:
 		return Internal("skipping entry", err)
 	}
@@ -205,7 +205,7 @@ func (s *Server) bulk(c echo.Context, mode journal.RequeueMode) error {
 	if err != nil {
 		return err
 	}
-	var allowed []string
+	var allowed []journal.Status
 	if mode == journal.Retry {
 		allowed = journal.RetryableStatuses
 	}

@@ -234,8 +234,8 @@ func TestAdminReplayDryRunVsReal(t *testing.T) {
 	ids := seedEvents(t, h.db.Pool, "registration",
 		map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "ukgc"})
 	setStatus(t, h.db.Pool, journal.StatusProcessed, ids...)
-	statuses := func() map[string]string {
-		out := map[string]string{}
+	statuses := func() map[string]journal.Status {
+		out := map[string]journal.Status{}
 		for _, id := range ids {
 			e, err := journal.Get(context.Background(), h.db.Pool, id)
 			if err != nil {

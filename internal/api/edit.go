@@ -21,12 +21,12 @@ type editRequest struct {
 }
 
 type editResponse struct {
-	ID         string    `json:"id"`
-	Status     string    `json:"status"`
-	Retried    bool      `json:"retried"`
-	EditedBy   string    `json:"edited_by"`
-	EditedFrom string    `json:"edited_from"`
-	EditedAt   time.Time `json:"edited_at"`
+	ID         string         `json:"id"`
+	Status     journal.Status `json:"status"`
+	Retried    bool           `json:"retried"`
+	EditedBy   string         `json:"edited_by"`
+	EditedFrom string         `json:"edited_from"`
+	EditedAt   time.Time      `json:"edited_at"`
 }
 
 // POST /admin/events/{id}/edit-and-retry replaces the payload of one DEAD entry and
@@ -65,7 +65,7 @@ func (s *Server) adminEditAndRetry(c echo.Context) error {
 	case errors.Is(err, journal.ErrNotEditable):
 		s.audit(c, "edit_and_retry", "id", id, "count", 0, "status", r.Status, "by", req.By)
 		return &httpError{status: http.StatusConflict, msg: "only a DEAD entry can be edited",
-			detail: map[string]string{"id": id, "status": r.Status}}
+			detail: map[string]string{"id": id, "status": string(r.Status)}}
 	case errors.As(err, &refusal):
 		s.audit(c, "edit_and_retry", "id", id, "count", 0, "refused", refusal.Reason, "by", req.By)
 		detail := map[string]string{"payload": refusal.Detail, "reason": refusal.Reason}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,7 +166,7 @@ var reserved = map[string]bool{"status": true, "since": true, "until": true, "li
 // payload @> {"jurisdiction":"mga"}, and a dotted name is a nested field
 // (?address.country=mt becomes {"address":{"country":"mt"}}). Values are strings.
 // allowed restricts status values (nil: any status); admin listings also reserve "type".
-func parseEventQuery(q url.Values, allowed []string, withType bool) (eventQuery, error) {
+func parseEventQuery(q url.Values, allowed []journal.Status, withType bool) (eventQuery, error) {
 	problems := map[string]string{}
 	var out eventQuery
 	out.Page = parsePage(q, cursorJournal, problems)
@@ -224,25 +225,29 @@ func parseEventQuery(q url.Values, allowed []string, withType bool) (eventQuery,
 }
 
 // parseStatuses accepts repeated or comma-separated statuses, in any case.
-func parseStatuses(vs []string, allowed []string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
+func parseStatuses(vs []string, allowed []journal.Status) ([]journal.Status, error) {
+	var out []journal.Status
+	seen := map[journal.Status]bool{}
 	for _, v := range vs {
-		for _, s := range strings.Split(v, ",") {
-			s = strings.ToUpper(strings.TrimSpace(s))
+		for _, x := range strings.Split(v, ",") {
+			s := journal.Status(strings.ToUpper(strings.TrimSpace(x)))
 			if s == "" || seen[s] {
 				continue
 			}
-			ok := journal.ValidStatus(s)
+			ok := s.Valid()
 			if ok && allowed != nil {
-				ok = contains(allowed, s)
+				ok = slices.Contains(allowed, s)
 			}
 			if !ok {
 				set := journal.Statuses
 				if allowed != nil {
 					set = allowed
 				}
-				return nil, fmt.Errorf("must be one or more of %s", strings.Join(set, ", "))
+				names := make([]string, len(set))
+				for i, st := range set {
+					names[i] = string(st)
+				}
+				return nil, fmt.Errorf("must be one or more of %s", strings.Join(names, ", "))
 			}
 			seen[s] = true
 			out = append(out, s)
@@ -252,15 +257,6 @@ func parseStatuses(vs []string, allowed []string) ([]string, error) {
 		return nil, errors.New("must not be empty")
 	}
 	return out, nil
-}
-
-func contains(set []string, s string) bool {
-	for _, v := range set {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // containment builds the JSON object for payload @> from field paths and values.
@@ -354,7 +350,7 @@ func (l *stringList) UnmarshalJSON(b []byte) error {
 
 // parseFilterBody decodes and validates a bulk action's body. An empty body is an
 // empty filter.
-func parseFilterBody(body []byte, allowed []string) (journal.Filter, bool, error) {
+func parseFilterBody(body []byte, allowed []journal.Status) (journal.Filter, bool, error) {
 	var fb filterBody
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := decodeStrict(body, &fb); err != nil {

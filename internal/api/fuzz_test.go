@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -75,7 +76,7 @@ func checkFilter(t *testing.T, f journal.Filter) {
 		}
 	}
 	for _, s := range f.Statuses {
-		if !journal.ValidStatus(s) {
+		if !s.Valid() {
 			t.Fatalf("accepted status %q", s)
 		}
 	}
@@ -97,7 +98,7 @@ func FuzzParseEventQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var allowed []string
+		var allowed []journal.Status
 		if admin {
 			allowed = journal.RetryableStatuses
 		}
@@ -111,7 +112,7 @@ func FuzzParseEventQuery(f *testing.F) {
 		checkFilter(t, eq.Filter)
 		if admin {
 			for _, s := range eq.Filter.Statuses {
-				if !contains(journal.RetryableStatuses, s) {
+				if !slices.Contains(journal.RetryableStatuses, s) {
 					t.Fatalf("admin listing accepted status %s", s)
 				}
 			}

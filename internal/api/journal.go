@@ -22,7 +22,7 @@ type entry struct {
 	AggregateID   string          `json:"aggregate_id"`
 	SequenceNo    int64           `json:"sequence_no"`
 	Tag           string          `json:"tag"`
-	Status        string          `json:"status"`
+	Status        journal.Status  `json:"status"`
 	Attempts      int             `json:"attempts"`
 	LastError     *string         `json:"last_error"`
 	NextAttemptAt time.Time       `json:"next_attempt_at"`
@@ -156,7 +156,7 @@ func (s *Server) getEntry(c echo.Context, raw string) error {
 			DurationMS: a.Duration.Milliseconds(), Runs: a.Runs, Outcome: a.Outcome, Error: a.Error, RecordedAt: a.RecordedAt.UTC(),
 			EditedBy: a.EditedBy, EditedFrom: a.EditedFrom, OriginalPayload: a.Original})
 	}
-	if r.Status == journal.StatusReceived || r.Status == journal.StatusFailed {
+	if r.Status.Pending() {
 		head, parked, err := journal.ParkedBehind(c.Request().Context(), s.db, r.AggregateID, r.SequenceNo)
 		if err != nil {
 			return Internal("reading journal entry", err)
@@ -173,9 +173,9 @@ type statsResponse struct {
 	Total int64 `json:"total"`
 	// Estimated: the journal holds more than journal.ExactCountLimit entries, so total and
 	// by_status.PROCESSED are estimates and by_type has no PROCESSED counts.
-	Estimated bool                        `json:"estimated"`
-	ByStatus  map[string]int64            `json:"by_status"`
-	ByType    map[string]map[string]int64 `json:"by_type"`
+	Estimated bool                                `json:"estimated"`
+	ByStatus  map[journal.Status]int64            `json:"by_status"`
+	ByType    map[string]map[journal.Status]int64 `json:"by_type"`
 	// OldestPendingAgeSeconds is 0 when nothing is pending.
 	OldestPendingAgeSeconds float64         `json:"oldest_pending_age_seconds"`
 	OldestPendingReceivedAt *time.Time      `json:"oldest_pending_received_at"`

@@ -62,8 +62,8 @@ type view struct {
 	Page     page
 	Nav      []page
 	Prefix   string
-	Statuses []string
-	Retry    []string
+	Statuses []journal.Status
+	Retry    []journal.Status
 	Reasons  []string
 	Cfg      Config
 	EventID  string

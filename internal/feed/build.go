@@ -315,7 +315,7 @@ func BuildCreate(o Options) (string, error) {
 	default:
 		// CDC query: https://www.cockroachlabs.com/docs/stable/cdc-queries
 		fmt.Fprintf(&b, "CREATE CHANGEFEED INTO %s WITH %s AS SELECT * FROM %s WHERE status = %s",
-			into, opts, o.Table, quote(journal.StatusReceived))
+			into, opts, o.Table, quote(string(journal.StatusReceived)))
 	}
 	return b.String(), nil
 }

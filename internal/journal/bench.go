@@ -42,7 +42,7 @@ func SeedExpired(ctx context.Context, db database.DB, n int, age time.Duration) 
 // Counts is how many rows the journal holds, by status, and the quarantine.
 type Counts struct {
 	Journal    int
-	ByStatus   map[string]int
+	ByStatus   map[Status]int
 	Quarantine int
 }
 
@@ -221,13 +221,13 @@ func CountRowsTagged(ctx context.Context, db database.DB, tag string) (Counts, e
 
 // countRows runs a (status, count) query over the journal and counts the quarantine.
 func countRows(ctx context.Context, db database.DB, byStatus string, args ...any) (Counts, error) {
-	c := Counts{ByStatus: map[string]int{}}
+	c := Counts{ByStatus: map[Status]int{}}
 	rows, err := db.Query(ctx, byStatus, args...)
 	if err != nil {
 		return c, fmt.Errorf("counting journal rows: %w", err)
 	}
 	for rows.Next() {
-		var s string
+		var s Status
 		var n int64
 		if err := rows.Scan(&s, &n); err != nil {
 			return c, fmt.Errorf("counting journal rows: %w", err)

@@ -72,7 +72,7 @@ func TestHotPlansUseKeys(t *testing.T) {
 	errs := make([]*string, len(heads))
 	backoffs := make([]int64, len(heads))
 	for i := range statuses {
-		statuses[i] = StatusProcessed
+		statuses[i] = string(StatusProcessed)
 	}
 	byAggregate := []string{"journal_aggregate_pending", "journal_aggregate_parked"}
 	tests := []planCase{

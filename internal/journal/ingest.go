@@ -17,15 +17,6 @@ import (
 	"github.com/inboxd/inboxd/internal/message"
 )
 
-// Statuses of a journal entry.
-const (
-	StatusReceived  = "RECEIVED"
-	StatusProcessed = "PROCESSED"
-	StatusFailed    = "FAILED"
-	StatusDead      = "DEAD"
-	StatusRejected  = "REJECTED"
-)
-
 // Entry is one valid event to ingest.
 type Entry struct {
 	Event       message.Event

@@ -23,9 +23,6 @@ import (
 // Requeueing an entry that is already due changes nothing an observer can act on, so
 // every action is idempotent.
 
-// RetryableStatuses are the statuses an operator retry applies to.
-var RetryableStatuses = []string{StatusFailed, StatusDead, StatusRejected}
-
 // ErrNotRetryable is returned by RetryOne for an entry that is not FAILED, DEAD or REJECTED.
 var ErrNotRetryable = errors.New("entry is not FAILED, DEAD or REJECTED")
 
@@ -95,12 +92,10 @@ func (m RequeueMode) restrict(f Filter) (Filter, bool) {
 		f.Statuses = RetryableStatuses
 		return f, true
 	}
-	var keep []string
+	var keep []Status
 	for _, s := range f.Statuses {
-		for _, r := range RetryableStatuses {
-			if s == r {
-				keep = append(keep, s)
-			}
+		if slices.Contains(RetryableStatuses, s) {
+			keep = append(keep, s)
 		}
 	}
 	f.Statuses = keep
@@ -146,14 +141,14 @@ const RequeueBatchSize = 500
 // status at a time through journal_attention (status, sequence_no); any other selection
 // one event type at a time through journal_type_seq (event_type, sequence_no).
 type requeueScope struct {
-	status    string // one of attentionStatuses, written into the SQL as a literal
+	status    Status // one of attentionStatuses, written into the SQL as a literal
 	eventType string // when status is ""
 }
 
 // attentionStatuses are journal_attention's statuses, in the order a requeue walks them:
 // FAILED first, so that the DEAD and REJECTED entries a retry turns FAILED are not
 // walked (and counted) a second time.
-var attentionStatuses = []string{StatusFailed, StatusDead, StatusRejected}
+var attentionStatuses = []Status{StatusFailed, StatusDead, StatusRejected}
 
 // where is f's WHERE conditions restricted to the scope. A status is a literal, not a
 // parameter, so that the planner proves journal_attention's predicate even in a
@@ -166,7 +161,7 @@ func (sc requeueScope) where(f Filter, args *[]any) []string {
 	}
 	conds := where(f, args)
 	if sc.status != "" {
-		conds = append(conds, "status = '"+sc.status+"'")
+		conds = append(conds, "status = '"+string(sc.status)+"'")
 	}
 	return conds
 }
@@ -177,7 +172,7 @@ func attentionOnly(f Filter) bool {
 		return false
 	}
 	for _, s := range f.Statuses {
-		if s != StatusFailed && s != StatusDead && s != StatusRejected {
+		if !slices.Contains(attentionStatuses, s) {
 			return false
 		}
 	}
@@ -225,7 +220,7 @@ func eachScope(ctx context.Context, db database.DB, f Filter, fn func(requeueSco
 // upperSQL is a scope's highest sequence_no: the last entry of its index range.
 func (sc requeueScope) upperSQL() (string, []any) {
 	if sc.status != "" {
-		return "SELECT coalesce(max(sequence_no), 0) FROM journal WHERE status = '" + sc.status + "'", nil
+		return "SELECT coalesce(max(sequence_no), 0) FROM journal WHERE status = '" + string(sc.status) + "'", nil
 	}
 	return `SELECT coalesce(max(sequence_no), 0) FROM journal WHERE event_type = $1::TEXT`, []any{sc.eventType}
 }

@@ -135,7 +135,7 @@ func TestPlansUseIndexes(t *testing.T) {
 		{"replay, since", Filter{Since: at}, Replay, requeueScope{eventType: "a"}, "journal_type_seq"},
 		{"replay, until", Filter{Until: at}, Replay, requeueScope{eventType: "b"}, "journal_type_seq"},
 		{"replay, no filter", Filter{}, Replay, requeueScope{eventType: "c"}, "journal_type_seq"},
-		{"replay, processed", Filter{Statuses: []string{StatusProcessed}}, Replay, requeueScope{eventType: "a"}, "journal_type_seq"},
+		{"replay, processed", Filter{Statuses: []Status{StatusProcessed}}, Replay, requeueScope{eventType: "a"}, "journal_type_seq"},
 	}
 	for _, s := range scoped {
 		sql, args := requeueSQL(s.f, s.m, s.sc, 0, 1<<40)
@@ -240,7 +240,7 @@ func TestReadStatsLargeJournal(t *testing.T) {
 	if !s.Estimated || s.Total < total*9/10 || s.Total > total*11/10 {
 		t.Errorf("estimated %v total %d, want an estimate near %d", s.Estimated, s.Total, total)
 	}
-	want := map[string]int64{StatusReceived: 10, StatusFailed: 10, StatusDead: 10, StatusRejected: 10}
+	want := map[Status]int64{StatusReceived: 10, StatusFailed: 10, StatusDead: 10, StatusRejected: 10}
 	for st, n := range want {
 		if s.ByStatus[st] != n || s.ByType["a"][st] != n {
 			t.Errorf("%s: %d (type a: %d), want exactly %d", st, s.ByStatus[st], s.ByType["a"][st], n)

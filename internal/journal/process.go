@@ -16,20 +16,25 @@ import (
 	"github.com/inboxd/inboxd/internal/message"
 )
 
-// Pending is a journal entry locked for processing.
-type Pending struct {
+// Head is a pending journal entry locked for processing: by a batch's claim
+// (ClaimHeads, LockBatch), or alone by LockPending.
+type Head struct {
 	ID          string
 	EventType   string
 	AggregateID string
 	SequenceNo  int64
 	Tag         string
 	Payload     []byte
-	Status      string
+	Status      Status
 	Attempts    int
 	// Due reports next_attempt_at <= now(), by the database's clock.
 	Due bool
 	// TraceContext is the stored W3C trace context of the message ("" for none).
 	TraceContext string
+	// Blocked, set by a batch's claim, reports an earlier entry of its aggregate still
+	// RECEIVED or FAILED outside the batch, or an earlier DEAD entry, not skipped, that
+	// parks the aggregate. LockPending does not look (false).
+	Blocked bool
 }
 
 const lockPendingSQL = `
@@ -44,14 +49,14 @@ const lockPendingSQL = `
 // is already terminal: a duplicate delivery, a no-op. On PostgreSQL a row locked by
 // another transaction is waited for and re-read, so the status seen here is the one
 // the other transaction committed.
-func LockPending(ctx context.Context, tx database.DB, id string) (p Pending, found bool, err error) {
+func LockPending(ctx context.Context, tx database.DB, id string) (p Head, found bool, err error) {
 	err = tx.QueryRow(ctx, lockPendingSQL, id).Scan(&p.ID, &p.EventType, &p.AggregateID, &p.SequenceNo, &p.Tag, &p.Payload,
 		&p.Status, &p.Attempts, &p.Due)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Pending{}, false, nil
+		return Head{}, false, nil
 	}
 	if err != nil {
-		return Pending{}, false, fmt.Errorf("locking journal entry %s: %w", id, err)
+		return Head{}, false, fmt.Errorf("locking journal entry %s: %w", id, err)
 	}
 	return p, true, nil
 }
@@ -73,52 +78,10 @@ func storable(s string, n int) string {
 	return message.Truncate(s, n)
 }
 
-// MarkProcessed records a successful handler run. attempts counts handler runs.
-func MarkProcessed(ctx context.Context, tx database.DB, id string) error {
-	return transition(ctx, tx, id, `
-		UPDATE journal SET status = 'PROCESSED', attempts = attempts + 1, last_error = NULL,
-		       processed_at = now(), updated_at = now()
-		WHERE id = $1`)
-}
-
-// MarkRejected records a business rejection: terminal, never retried.
-func MarkRejected(ctx context.Context, tx database.DB, id, reason string) error {
-	return transition(ctx, tx, id, `
-		UPDATE journal SET status = 'REJECTED', attempts = attempts + 1, last_error = $2,
-		       processed_at = now(), updated_at = now()
-		WHERE id = $1`, errorText(reason))
-}
-
-// MarkFailed records a failed attempt to be retried after backoff.
-func MarkFailed(ctx context.Context, tx database.DB, id, reason string, backoff time.Duration) error {
-	return transition(ctx, tx, id, `
-		UPDATE journal SET status = 'FAILED', attempts = attempts + 1, last_error = $2,
-		       next_attempt_at = now() + $3::INT8 * INTERVAL '1 millisecond', updated_at = now()
-		WHERE id = $1`, errorText(reason), backoff.Milliseconds())
-}
-
-// MarkDead records the last failed attempt: an operator has to act.
-func MarkDead(ctx context.Context, tx database.DB, id, reason string) error {
-	return transition(ctx, tx, id, `
-		UPDATE journal SET status = 'DEAD', attempts = attempts + 1, last_error = $2, updated_at = now()
-		WHERE id = $1`, errorText(reason))
-}
-
-func transition(ctx context.Context, tx database.DB, id, sql string, args ...any) error {
-	tag, err := tx.Exec(ctx, sql, append([]any{id}, args...)...)
-	if err != nil {
-		return fmt.Errorf("updating status of journal entry %s: %w", id, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("updating status of journal entry %s: %d rows affected", id, tag.RowsAffected())
-	}
-	return nil
-}
-
 // CountByStatus returns the number of entries in one status.
-func CountByStatus(ctx context.Context, db database.DB, status string) (int64, error) {
+func CountByStatus(ctx context.Context, db database.DB, status Status) (int64, error) {
 	var n int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, status).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, string(status)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting %s journal entries: %w", status, err)
 	}
 	return n, nil
@@ -145,14 +108,6 @@ func RowsAsJSON(ctx context.Context, db database.DB, ids []string) ([]json.RawMe
 		return nil, fmt.Errorf("reading journal rows: %w", err)
 	}
 	return out, nil
-}
-
-// Head is a pending entry locked by a processing batch. Blocked reports an earlier
-// entry of its aggregate still RECEIVED or FAILED outside the batch, or an earlier DEAD
-// entry, not skipped, that parks the aggregate.
-type Head struct {
-	Pending
-	Blocked bool
 }
 
 const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
@@ -215,7 +170,7 @@ func LockBatch(ctx context.Context, tx database.DB, ids []string) ([]Head, error
 // Outcome is the outcome of one entry in a processing batch.
 type Outcome struct {
 	ID     string
-	Status string // PROCESSED, REJECTED, FAILED or DEAD
+	Status Status // PROCESSED, REJECTED, FAILED or DEAD
 	Error  string // the handler's error, for all but PROCESSED
 	// Backoff is the delay before the next attempt of a FAILED entry.
 	Backoff time.Duration
@@ -295,7 +250,7 @@ func outcomeArgs(results []Outcome) []any {
 	errs := make([]*string, len(results))
 	backoffs := make([]int64, len(results))
 	for i, r := range results {
-		ids[i], statuses[i], backoffs[i] = r.ID, r.Status, r.Backoff.Milliseconds()
+		ids[i], statuses[i], backoffs[i] = r.ID, string(r.Status), r.Backoff.Milliseconds()
 		if r.Status != StatusProcessed {
 			s := errorText(r.Error)
 			errs[i] = &s
@@ -313,7 +268,7 @@ func attemptArgs(results []Outcome) []any {
 	runs := make([]int64, len(results))
 	now := time.Now()
 	for i, r := range results {
-		ids[i], statuses[i], started[i], took[i], runs[i] = r.ID, r.Status, r.StartedAt, r.Took.Milliseconds(), int64(max(r.Runs, 1))
+		ids[i], statuses[i], started[i], took[i], runs[i] = r.ID, string(r.Status), r.StartedAt, r.Took.Milliseconds(), int64(max(r.Runs, 1))
 		if r.StartedAt.IsZero() {
 			started[i] = now
 		}

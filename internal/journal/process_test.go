@@ -110,9 +110,13 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if got := head(); len(got) != 1 || got[0] != ids[0] {
 		t.Fatalf("head of agg = %v, want %s (its predecessor pending blocks %s)", got, ids[0], ids[1])
 	}
-	if err := journal.MarkDead(ctx, db.Pool, ids[0], "x"); err != nil {
-		t.Fatal(err)
+	record := func(o journal.Outcome) {
+		t.Helper()
+		if err := journal.RecordOutcomes(ctx, db.Pool, []journal.Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	record(journal.Outcome{ID: ids[0], Status: journal.StatusDead, Error: "x"})
 	if err := journal.SyncHeads(ctx, db.Pool, []string{"agg"}); err != nil {
 		t.Fatal(err)
 	}
@@ -128,20 +132,13 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if got := head(); len(got) != 1 || got[0] != ids[1] {
 		t.Errorf("head of agg after its DEAD first was skipped = %v, want %s", got, ids[1])
 	}
-	if err := journal.MarkFailed(ctx, db.Pool, ids[1], "boom", time.Hour); err != nil {
-		t.Fatal(err)
+	record(journal.Outcome{ID: ids[1], Status: journal.StatusFailed, Error: "boom", Backoff: time.Hour})
+	if p, _, _ := journal.LockPending(ctx, db.Pool, ids[1]); p.Status != journal.StatusFailed || p.Due || p.Attempts != 1 {
+		t.Errorf("after a FAILED outcome: %+v", p)
 	}
-	if p, _, _ := journal.LockPending(ctx, db.Pool, ids[1]); p.Status != "FAILED" || p.Due || p.Attempts != 1 {
-		t.Errorf("after MarkFailed: %+v", p)
-	}
-	if err := journal.MarkProcessed(ctx, db.Pool, ids[1]); err != nil {
-		t.Fatal(err)
-	}
+	record(journal.Outcome{ID: ids[1], Status: journal.StatusProcessed})
 	if _, found, _ := journal.LockPending(ctx, db.Pool, ids[1]); found {
 		t.Error("PROCESSED entry is still pending")
-	}
-	if err := journal.MarkRejected(ctx, db.Pool, "6f1c1f0e-1c3a-4c55-9a65-999999999999", "x"); err == nil {
-		t.Error("transition of a missing entry succeeded")
 	}
 }
 

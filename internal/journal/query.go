@@ -17,19 +17,6 @@ import (
 // ErrNotFound is returned when the journal entry or quarantine row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Statuses lists every journal status, in lifecycle order.
-var Statuses = []string{StatusReceived, StatusProcessed, StatusFailed, StatusDead, StatusRejected}
-
-// ValidStatus reports whether s is a journal status.
-func ValidStatus(s string) bool {
-	for _, v := range Statuses {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Record is one journal row with its processing history.
 type Record struct {
 	ID            string
@@ -37,7 +24,7 @@ type Record struct {
 	AggregateID   string
 	SequenceNo    int64
 	Tag           string
-	Status        string
+	Status        Status
 	Attempts      int
 	LastError     *string
 	NextAttemptAt time.Time
@@ -54,7 +41,7 @@ type Record struct {
 // Filter selects journal entries. Zero fields do not filter.
 type Filter struct {
 	EventType string
-	Statuses  []string
+	Statuses  []Status
 	// Contains is a JSON object the payload must contain (payload @> Contains), which the
 	// GIN (inverted on CockroachDB) index on payload serves.
 	Contains json.RawMessage
@@ -109,7 +96,7 @@ func where(f Filter, args *[]any) []string {
 		conds = append(conds, "event_type = "+arg(f.EventType))
 	}
 	if len(f.Statuses) > 0 {
-		conds = append(conds, "status = ANY ("+arg(f.Statuses)+"::TEXT[])")
+		conds = append(conds, "status = ANY ("+arg(statusText(f.Statuses))+"::TEXT[])")
 	}
 	if hasContains(f.Contains) {
 		conds = append(conds, "payload @> "+arg(string(f.Contains))+"::JSONB")

@@ -38,9 +38,9 @@ func seed(t *testing.T, db database.DB, typ string, n int, jurisdiction func(i i
 	return ids
 }
 
-func setStatus(t *testing.T, db database.DB, status string, ids ...string) {
+func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, status, ids); err != nil {
+	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -63,8 +63,8 @@ func TestListFilters(t *testing.T) {
 		{"type and payload", journal.Filter{EventType: "registration", Contains: json.RawMessage(`{"jurisdiction":"mga"}`)}, 3},
 		{"payload only", journal.Filter{Contains: json.RawMessage(`{"jurisdiction":"mga"}`)}, 6},
 		{"payload number", journal.Filter{Contains: json.RawMessage(`{"n":1}`)}, 2},
-		{"status", journal.Filter{Statuses: []string{journal.StatusDead}}, 2},
-		{"status and payload", journal.Filter{Statuses: []string{journal.StatusDead, journal.StatusReceived}, Contains: json.RawMessage(`{"jurisdiction":"ukgc"}`)}, 3},
+		{"status", journal.Filter{Statuses: []journal.Status{journal.StatusDead}}, 2},
+		{"status and payload", journal.Filter{Statuses: []journal.Status{journal.StatusDead, journal.StatusReceived}, Contains: json.RawMessage(`{"jurisdiction":"ukgc"}`)}, 3},
 		{"since future", journal.Filter{Since: future}, 0},
 		{"until future", journal.Filter{Until: future}, 9},
 		{"unknown type", journal.Filter{EventType: "nope"}, 0},
@@ -229,7 +229,7 @@ func TestRequeue(t *testing.T) {
 		m    journal.RequeueMode
 		want int64
 	}{
-		{"retry processed only matches nothing", journal.Filter{Statuses: []string{journal.StatusProcessed}}, journal.Retry, 0},
+		{"retry processed only matches nothing", journal.Filter{Statuses: []journal.Status{journal.StatusProcessed}}, journal.Retry, 0},
 		{"retry dead mga", journal.Filter{Contains: mga}, journal.Retry, 5},
 		{"retry remaining dead and failed", journal.Filter{}, journal.Retry, 10}, // the 5 now FAILED are requeued again
 		{"replay all mga", journal.Filter{EventType: "registration", Contains: mga}, journal.Replay, int64((n + 1) / 2)},

@@ -75,7 +75,7 @@ func TestPrune(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 12, "agg")
-	statuses := []string{journal.StatusReceived, journal.StatusProcessed, journal.StatusFailed, journal.StatusDead, journal.StatusRejected, journal.StatusProcessed}
+	statuses := []journal.Status{journal.StatusReceived, journal.StatusProcessed, journal.StatusFailed, journal.StatusDead, journal.StatusRejected, journal.StatusProcessed}
 	// ids[0:6] are old, ids[6:12] recent; one of each status in both halves.
 	for i, id := range ids {
 		age := time.Hour

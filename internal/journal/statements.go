@@ -22,11 +22,11 @@ func BuiltStatements() []Statement {
 	filters := map[string]Filter{
 		"none":     {},
 		"type":     {EventType: "registration"},
-		"statuses": {Statuses: []string{StatusDead, StatusFailed}},
+		"statuses": {Statuses: []Status{StatusDead, StatusFailed}},
 		"contains": {Contains: json.RawMessage(`{"jurisdiction":"mga"}`)},
 		"since":    {Since: at},
 		"until":    {Until: at},
-		"all": {EventType: "registration", Statuses: []string{StatusProcessed}, Contains: json.RawMessage(`{"a":1}`),
+		"all": {EventType: "registration", Statuses: []Status{StatusProcessed}, Contains: json.RawMessage(`{"a":1}`),
 			Since: at, Until: at.Add(time.Hour)},
 	}
 	var out []Statement

@@ -12,8 +12,8 @@ import (
 // Stats summarises the journal and the quarantine.
 type Stats struct {
 	Now      time.Time                   // the database's clock, to compute ages against
-	ByStatus map[string]int64            // every status, zero included
-	ByType   map[string]map[string]int64 // event type → status → count
+	ByStatus map[Status]int64            // every status, zero included
+	ByType   map[string]map[Status]int64 // event type → status → count
 	Total    int64
 	// Estimated reports a journal of more than ExactCountLimit entries: Total and
 	// ByStatus[PROCESSED] are then estimates from the database's table statistics, and
@@ -36,14 +36,14 @@ const ExactCountLimit = 100_000
 // follows the pending and attention work (and at most ExactCountLimit entries), not the
 // journal's size, so the console can poll it.
 func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
-	s := Stats{ByStatus: make(map[string]int64, len(Statuses)), ByType: map[string]map[string]int64{}}
+	s := Stats{ByStatus: make(map[Status]int64, len(Statuses)), ByType: map[string]map[Status]int64{}}
 	for _, st := range Statuses {
 		s.ByStatus[st] = 0
 	}
-	add := func(typ, status string, n int64) {
+	add := func(typ string, status Status, n int64) {
 		s.ByStatus[status] += n
 		if s.ByType[typ] == nil {
-			s.ByType[typ] = map[string]int64{}
+			s.ByType[typ] = map[Status]int64{}
 		}
 		s.ByType[typ][status] += n
 		s.Total += n
@@ -69,7 +69,7 @@ func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
 		}
 		for _, t := range types {
 			if s.ByType[t] == nil {
-				s.ByType[t] = map[string]int64{}
+				s.ByType[t] = map[Status]int64{}
 			}
 		}
 		// The estimate lags; it is never below what was counted, nor below the cap.
@@ -98,14 +98,15 @@ const countCappedSQL = `SELECT t.event_type, t.status, count(*) FROM (
 
 // countCapped counts every entry if there are at most ExactCountLimit, and reports
 // whether it did.
-func countCapped(ctx context.Context, db database.DB, add func(typ, status string, n int64)) (bool, error) {
+func countCapped(ctx context.Context, db database.DB, add func(typ string, status Status, n int64)) (bool, error) {
 	type row struct {
-		typ, status string
-		n           int64
+		typ    string
+		status Status
+		n      int64
 	}
 	var out []row
 	var sum int64
-	err := countGrouped(ctx, db, func(typ, status string, n int64) {
+	err := countGrouped(ctx, db, func(typ string, status Status, n int64) {
 		out, sum = append(out, row{typ, status, n}), sum+n
 	}, countCappedSQL, ExactCountLimit+1)
 	if err != nil || sum > ExactCountLimit {
@@ -130,7 +131,7 @@ const (
 )
 
 // countIndexed counts the statuses the partial indexes hold, by type.
-func countIndexed(ctx context.Context, db database.DB, add func(typ, status string, n int64)) error {
+func countIndexed(ctx context.Context, db database.DB, add func(typ string, status Status, n int64)) error {
 	if err := countGrouped(ctx, db, add, countPendingSQL); err != nil {
 		return err
 	}
@@ -138,14 +139,15 @@ func countIndexed(ctx context.Context, db database.DB, add func(typ, status stri
 }
 
 // countGrouped runs a statement returning (event_type, status, count) rows.
-func countGrouped(ctx context.Context, db database.DB, add func(typ, status string, n int64), sql string, args ...any) error {
+func countGrouped(ctx context.Context, db database.DB, add func(typ string, status Status, n int64), sql string, args ...any) error {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("counting journal entries: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var typ, status string
+		var typ string
+		var status Status
 		var n int64
 		if err := rows.Scan(&typ, &status, &n); err != nil {
 			return fmt.Errorf("counting journal entries: %w", err)

@@ -80,7 +80,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		case applied[h.ID].ok:
 			out = OutcomeProcessed
 			a := applied[h.ID]
-			recs = append(recs, journal.Outcome{ID: ev.ID, Status: journal.StatusProcessed, StartedAt: a.started, Took: a.took, Runs: 1})
+			recs = append(recs, journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: a.started, Took: a.took, Runs: 1})
 		case h.Blocked || held[h.AggregateID]:
 			out = OutcomeDeferred
 		case h.Status == journal.StatusFailed && !h.Due:
@@ -109,7 +109,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 			}
 			out = e.outcome(ev, herr)
 			endEventSpan(span, out, herr, nil)
-			r := journal.Outcome{ID: ev.ID, Status: statusOf(out), StartedAt: started, Took: time.Since(started), Runs: runs}
+			r := journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: started, Took: time.Since(started), Runs: runs}
 			if herr != nil {
 				r.Error = herr.Error()
 				herrs[ev.ID] = herr
@@ -211,19 +211,6 @@ func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		return err
 	}
 	return journal.SyncHeads(ctx, tx, aggs)
-}
-
-func statusOf(o Outcome) string {
-	switch o {
-	case OutcomeProcessed:
-		return journal.StatusProcessed
-	case OutcomeRejected:
-		return journal.StatusRejected
-	case OutcomeDead:
-		return journal.StatusDead
-	default:
-		return journal.StatusFailed
-	}
 }
 
 func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {

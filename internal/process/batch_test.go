@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/process"
@@ -45,7 +46,7 @@ func TestBatchIsolatesHandlerFailures(t *testing.T) {
 	}
 	want := []struct {
 		out    process.Outcome
-		status string
+		status journal.Status
 	}{
 		{process.OutcomeProcessed, "PROCESSED"}, {process.OutcomeFailed, "FAILED"}, {process.OutcomeProcessed, "PROCESSED"},
 		{process.OutcomeRejected, "REJECTED"}, {process.OutcomeFailed, "FAILED"}, {process.OutcomeProcessed, "PROCESSED"},
@@ -226,7 +227,7 @@ func TestBatchHandler(t *testing.T) {
 			}
 			for i, id := range ids {
 				status, _, _ := pt.Status(t, db.Pool, id)
-				if want := map[bool]string{false: "PROCESSED", true: "REJECTED"}[bad && i == 2]; status != want {
+				if want := map[bool]journal.Status{false: "PROCESSED", true: "REJECTED"}[bad && i == 2]; status != want {
 					t.Errorf("event %d: %s, want %s", i, status, want)
 				}
 				if c := sh.Calls(id); c != wantSingle {

@@ -90,6 +90,22 @@ const (
 	OutcomeNotDue    Outcome = "not_due"   // FAILED and its next attempt is in the future
 )
 
+// Status is the journal status an outcome records: PROCESSED, REJECTED, DEAD, or
+// FAILED. The outcomes that record nothing (noop, deferred, not due) are never asked;
+// they fall under FAILED, the status that changes least.
+func (o Outcome) Status() journal.Status {
+	switch o {
+	case OutcomeProcessed:
+		return journal.StatusProcessed
+	case OutcomeRejected:
+		return journal.StatusRejected
+	case OutcomeDead:
+		return journal.StatusDead
+	default:
+		return journal.StatusFailed
+	}
+}
+
 // completes reports whether the event left RECEIVED/FAILED, unblocking its successors.
 func (o Outcome) completes() bool {
 	return o == OutcomeProcessed || o == OutcomeRejected || o == OutcomeDead
@@ -183,7 +199,7 @@ func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outco
 // status stays (a REJECTED or DEAD event does not turn into a retry loop). The attempts
 // check makes it a no-op when the entry moved on meanwhile.
 func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
-	rec := journal.Outcome{ID: ev.ID, Status: statusOf(out), Error: herr.Error(), Runs: 1}
+	rec := journal.Outcome{ID: ev.ID, Status: out.Status(), Error: herr.Error(), Runs: 1}
 	if to := (*timeoutError)(nil); errors.As(herr, &to) {
 		rec.StartedAt, rec.Took = time.Now().Add(-to.after), to.after
 	}
@@ -215,7 +231,7 @@ func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec j
 		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
 			return err
 		}
-		return e.settleHeads(ctx, tx, []journal.Head{{Pending: p}}, []journal.Outcome{rec})
+		return e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
 	})
 	return got, err
 }

@@ -39,7 +39,7 @@ func TestProcessOutcomes(t *testing.T) {
 		spec         pt.Spec
 		runs         int // Process calls, each after the previous backoff elapsed
 		want         process.Outcome
-		status       string
+		status       journal.Status
 		attempts     int
 		errContains  string
 		effects      int
@@ -207,7 +207,7 @@ func TestDeadParksAggregate(t *testing.T) {
 		runOn  bool
 		first  pt.Spec
 		act    func(t *testing.T, db *testenv.DB, e *process.Engine, fx *pt.Effects, first string)
-		want   []string
+		want   []journal.Status
 		byWant string // skipped_by of the first event
 	}{
 		{name: "parked until skipped", first: pt.Spec{Aggregate: "a", Always: true},
@@ -220,7 +220,7 @@ func TestDeadParksAggregate(t *testing.T) {
 					t.Errorf("second Skip: %v, want ErrNotSkippable", err)
 				}
 			},
-			want: []string{"DEAD", "REJECTED", "PROCESSED"}, byWant: "ops@example.com"},
+			want: []journal.Status{"DEAD", "REJECTED", "PROCESSED"}, byWant: "ops@example.com"},
 		{name: "parked until retried", first: pt.Spec{Aggregate: "a", Always: true},
 			act: func(t *testing.T, db *testenv.DB, e *process.Engine, fx *pt.Effects, first string) {
 				// The dependency is back: the same handler, no longer failing.
@@ -237,9 +237,9 @@ func TestDeadParksAggregate(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []string{"PROCESSED", "REJECTED", "PROCESSED"}},
+			want: []journal.Status{"PROCESSED", "REJECTED", "PROCESSED"}},
 		{name: "type runs on past DEAD", runOn: true, first: pt.Spec{Aggregate: "a", Always: true},
-			want: []string{"DEAD", "REJECTED", "PROCESSED"}, byWant: journal.RunOnSkipper},
+			want: []journal.Status{"DEAD", "REJECTED", "PROCESSED"}, byWant: journal.RunOnSkipper},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,7 +266,7 @@ func TestDeadParksAggregate(t *testing.T) {
 				if _, _, err := e.ProcessDue(ctx, 0, 100, nil); err != nil {
 					t.Fatal(err)
 				}
-				for i, want := range []string{"DEAD", "RECEIVED", "RECEIVED", "PROCESSED"} {
+				for i, want := range []journal.Status{"DEAD", "RECEIVED", "RECEIVED", "PROCESSED"} {
 					if s, _, _ := pt.Status(t, db.Pool, ids[i]); s != want {
 						t.Errorf("parked, event %d: %s, want %s", i, s, want)
 					}

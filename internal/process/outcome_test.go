@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -114,7 +115,7 @@ func TestForeignConflictIsTheHandlersFailure(t *testing.T) {
 	if _, _, err := e.ProcessDue(context.Background(), 0, 100, nil); err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []string{"PROCESSED", "FAILED"} {
+	for i, want := range []journal.Status{"PROCESSED", "FAILED"} {
 		status, attempts, lastErr := pt.Status(t, db.Pool, ids[i])
 		if status != want || attempts != 1 {
 			t.Errorf("event %d: %s, %d attempts (%q); want %s, 1", i, status, attempts, lastErr, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -216,7 +217,7 @@ func TestImmediateRetriesAndPerTypePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []struct {
-		status string
+		status journal.Status
 		calls  int
 	}{{"PROCESSED", 2}, {"DEAD", 1}} {
 		status, attempts, _ := pt.Status(t, db.Pool, ids[i])

@@ -27,14 +27,13 @@ func batch(t *testing.T, from, n int) journal.Batch {
 	return b
 }
 
-func counts(t *testing.T, db database.DB) map[string]int {
+func counts(t *testing.T, db database.DB) journal.Counts {
 	t.Helper()
 	c, err := journal.CountRows(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ByStatus["quarantine"] = c.Quarantine
-	return c.ByStatus
+	return c
 }
 
 // With a short retention, the running pruner deletes expired PROCESSED and REJECTED
@@ -86,7 +85,7 @@ func TestPrunerKeepsWhatItMust(t *testing.T) {
 	}()
 	deadline := time.After(30 * time.Second)
 	var deleted Stats
-	for deleted.Journal < int64(before[journal.StatusProcessed]+before[journal.StatusRejected]) || deleted.Quarantine < 30 {
+	for deleted.Journal < int64(before.ByStatus[journal.StatusProcessed]+before.ByStatus[journal.StatusRejected]) || deleted.Quarantine < 30 {
 		select {
 		case s := <-passes:
 			deleted.Journal += s.Journal
@@ -100,15 +99,15 @@ func TestPrunerKeepsWhatItMust(t *testing.T) {
 	wg.Wait()
 
 	after := counts(t, db.Pool)
-	for _, s := range []string{journal.StatusFailed, journal.StatusDead} {
-		if after[s] != before[s] {
-			t.Errorf("%s: %d before, %d after; retention must never delete them", s, before[s], after[s])
+	for _, s := range []journal.Status{journal.StatusFailed, journal.StatusDead} {
+		if after.ByStatus[s] != before.ByStatus[s] {
+			t.Errorf("%s: %d before, %d after; retention must never delete them", s, before.ByStatus[s], after.ByStatus[s])
 		}
 	}
-	if want := before[journal.StatusReceived] + ingested; after[journal.StatusReceived] != want {
-		t.Errorf("RECEIVED: %d, want %d (old ones kept, every new one ingested)", after[journal.StatusReceived], want)
+	if want := before.ByStatus[journal.StatusReceived] + ingested; after.ByStatus[journal.StatusReceived] != want {
+		t.Errorf("RECEIVED: %d, want %d (old ones kept, every new one ingested)", after.ByStatus[journal.StatusReceived], want)
 	}
-	if after[journal.StatusProcessed]+after[journal.StatusRejected] != 0 || after["quarantine"] != 0 {
+	if after.ByStatus[journal.StatusProcessed]+after.ByStatus[journal.StatusRejected] != 0 || after.Quarantine != 0 {
 		t.Errorf("after pruning: %v, want no PROCESSED, REJECTED or quarantine rows", after)
 	}
 	if ingested != 1000 {

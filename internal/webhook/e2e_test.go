@@ -152,7 +152,7 @@ func (s scenario) verify(t *testing.T, db *testenv.DB) pt.Report {
 		time.Sleep(20 * time.Millisecond)
 	}
 	r := pt.Check(t, db.Pool)
-	want := map[string]int{"PROCESSED": s.processed, "DEAD": s.dead, "REJECTED": s.rejected}
+	want := map[journal.Status]int{"PROCESSED": s.processed, "DEAD": s.dead, "REJECTED": s.rejected}
 	for st, n := range want {
 		if r.ByStatus[st] != n {
 			t.Errorf("%s = %d, want %d (all: %v)", st, r.ByStatus[st], n, r.ByStatus)

@@ -135,7 +135,7 @@ type Row struct {
 // (a CDC query may project fewer columns); only the id is required.
 type JournalRow struct {
 	ID          string
-	Status      string // "" when not projected
+	Status      journal.Status // "" when not projected
 	EventType   string
 	AggregateID string
 	SequenceNo  int64
@@ -351,10 +351,4 @@ func parseTimestamp(s string) time.Time {
 
 // pending reports whether the row may be work: RECEIVED, or FAILED, or unknown
 // (status not projected), per the journal's statuses.
-func (jr *JournalRow) pending() bool {
-	switch jr.Status {
-	case journal.StatusReceived, journal.StatusFailed, "":
-		return true
-	}
-	return false
-}
+func (jr *JournalRow) pending() bool { return jr.Status == "" || jr.Status.Pending() }

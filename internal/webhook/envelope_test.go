@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/webhook"
 )
 
@@ -13,10 +14,11 @@ const id1 = "d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"
 
 func TestDecode(t *testing.T) {
 	type rowWant struct {
-		id, status, agg string
-		seq             int64
-		deleted         bool
-		err             string
+		id, agg string
+		status  journal.Status
+		seq     int64
+		deleted bool
+		err     string
 	}
 	tests := []struct {
 		name     string

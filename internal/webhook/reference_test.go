@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 )
 
@@ -134,13 +135,15 @@ func refJournalRow(cols map[string]json.RawMessage, key json.RawMessage) (*Journ
 		return nil, fmt.Errorf("column \"id\" is %q, not a UUID", message.Truncate(id, 48))
 	}
 	jr.ID = canon
-	for name, dst := range map[string]*string{"status": &jr.Status, "event_type": &jr.EventType, "aggregate_id": &jr.AggregateID} {
+	var status string
+	for name, dst := range map[string]*string{"status": &status, "event_type": &jr.EventType, "aggregate_id": &jr.AggregateID} {
 		if _, ok := cols[name]; ok {
 			if err := refUnmarshalField(cols, name, dst); err != nil {
 				return nil, err
 			}
 		}
 	}
+	jr.Status = journal.Status(status)
 	if raw, ok := cols["sequence_no"]; ok && !isNull(raw) {
 		// INT8 is a JSON number; accept a string too, as some encoders quote 64-bit ints.
 		s := strings.Trim(string(bytes.TrimSpace(raw)), `"`)

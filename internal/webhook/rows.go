@@ -251,7 +251,7 @@ func (d *rowDecoder) journalRow(cols *columns, key []byte) (*JournalRow, error) 
 			return nil, err
 		}
 		if i == 0 {
-			text[i] = status(v)
+			text[i] = string(status(v)) // no copy: the interned constant
 		} else {
 			text[i] = string(v)
 		}
@@ -272,7 +272,7 @@ func (d *rowDecoder) journalRow(cols *columns, key []byte) (*JournalRow, error) 
 	if v := cols.nextAttemptAt; isString(v) {
 		next = parseTimestamp(string(d.text(v)))
 	}
-	return &JournalRow{ID: canon, Status: text[0], EventType: text[1], AggregateID: text[2], SequenceNo: seq, NextAttemptAt: next}, nil
+	return &JournalRow{ID: canon, Status: journal.Status(text[0]), EventType: text[1], AggregateID: text[2], SequenceNo: seq, NextAttemptAt: next}, nil
 }
 
 // stringColumn is the text of a string column (empty for null), valid until the next
@@ -301,13 +301,13 @@ func (d *rowDecoder) detail() bool {
 
 // status returns the journal's constant for a known status, so that rows do not each
 // allocate their own copy.
-func status(v []byte) string {
-	for _, s := range [...]string{journal.StatusReceived, journal.StatusFailed, journal.StatusProcessed, journal.StatusDead, journal.StatusRejected} {
-		if string(v) == s {
+func status(v []byte) journal.Status {
+	for _, s := range journal.Statuses {
+		if string(v) == string(s) {
 			return s
 		}
 	}
-	return string(v)
+	return journal.Status(v)
 }
 
 // memberName is a member's name unescaped, valid until the next call.

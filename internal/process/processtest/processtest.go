@@ -152,11 +152,11 @@ func (e *Effects) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error
 
 // Report is what Check found.
 type Report struct {
-	Events    int            // journal entries
-	ByStatus  map[string]int // journal entries by status
-	Effects   int            // rows in test_effects
-	Distinct  int            // distinct events with an effect
-	Duplicate int            // events with more than one effect
+	Events    int                    // journal entries
+	ByStatus  map[journal.Status]int // journal entries by status
+	Effects   int                    // rows in test_effects
+	Distinct  int                    // distinct events with an effect
+	Duplicate int                    // events with more than one effect
 }
 
 // Check asserts the exactly-once invariant: every PROCESSED effect event has exactly
@@ -190,13 +190,13 @@ func Check(t testing.TB, db database.DB) Report {
 // check reads what Check asserts.
 func check(db database.DB) (r Report, missing, orphan, disorder int, err error) {
 	ctx := context.Background()
-	r = Report{ByStatus: map[string]int{}}
+	r = Report{ByStatus: map[journal.Status]int{}}
 	rows, err := db.Query(ctx, `SELECT status, count(*) FROM journal GROUP BY status`)
 	if err != nil {
 		return r, 0, 0, 0, fmt.Errorf("counting statuses: %w", err)
 	}
 	for rows.Next() {
-		var s string
+		var s journal.Status
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
 			return r, 0, 0, 0, fmt.Errorf("counting statuses: %w", err)
@@ -232,7 +232,7 @@ func check(db database.DB) (r Report, missing, orphan, disorder int, err error) 
 }
 
 // Status returns an entry's status and attempts.
-func Status(t testing.TB, db database.DB, id string) (status string, attempts int, lastError string) {
+func Status(t testing.TB, db database.DB, id string) (status journal.Status, attempts int, lastError string) {
 	t.Helper()
 	var le *string
 	if err := testenv.ReadRetrying(func() error {
@@ -248,7 +248,7 @@ func Status(t testing.TB, db database.DB, id string) (status string, attempts in
 }
 
 // CountStatus returns the number of entries in a status.
-func CountStatus(t testing.TB, db database.DB, status string) int {
+func CountStatus(t testing.TB, db database.DB, status journal.Status) int {
 	t.Helper()
 	var n int64
 	err := testenv.ReadRetrying(func() (err error) {

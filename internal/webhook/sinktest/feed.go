@@ -243,9 +243,9 @@ func (f *Feed) Run(ctx context.Context) error {
 		lastPoll = clock.Now()
 		for _, raw := range rows {
 			var r struct {
-				ID        string `json:"id"`
-				Status    string `json:"status"`
-				UpdatedAt string `json:"updated_at"`
+				ID        string         `json:"id"`
+				Status    journal.Status `json:"status"`
+				UpdatedAt string         `json:"updated_at"`
 			}
 			if err := json.Unmarshal(raw, &r); err != nil {
 				return fmt.Errorf("journal row %s: %w", raw, err)
