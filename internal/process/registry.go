@@ -114,7 +114,7 @@ func (r *Registry) runsOnDead(eventType string) bool {
 func (r *Registry) Register(eventType string, h Handler) { r.set("Register", eventType, h, false) }
 
 // Replace sets the handler of an event type, replacing any registered before: the
-// public inboxd.Register and Client.Handle promise that. It panics like Register on an
+// public Client.Handle and inboxdcli.Register promise that. It panics like Register on an
 // empty type or a nil handler.
 func (r *Registry) Replace(eventType string, h Handler) { r.set("Replace", eventType, h, true) }
 

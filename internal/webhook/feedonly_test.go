@@ -19,7 +19,7 @@ import (
 
 // Issue 19, item 8(c): the processing path with the changefeed as the only push, as on
 // CockroachDB. No LISTEN/NOTIFY (no process.Push); the sweeper runs with CockroachDB's
-// grace (30s, see service.New), so it retries due FAILED entries and moves aggregates on,
+// grace (30s, defaults.SweepGraceCockroachDB), so it retries due FAILED entries and moves aggregates on,
 // but never takes a RECEIVED entry within the test: every one reaches PROCESSED through
 // the feed. The feed is sinktest.Feed, which watches the journal and posts through the
 // webhook sink's semantics, with injected duplicates and replays, and a client timeout
