@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -22,7 +23,7 @@ var ErrRunning = errors.New("inboxd: the client is already running")
 // Config.ShutdownTimeout. What was unfinished is left to redelivery (unacked messages,
 // unanswered webhook batches) and to the database (a claim is a row lock and ends with
 // its transaction), never half-recorded: every step is a transaction.
-var ErrShutdownTimeout = errShutdownTimeout
+var ErrShutdownTimeout = lifecycle.ErrShutdownTimeout
 
 // Client runs inboxd inside a program: ingest from the broker, processing with the
 // handlers given to Handle, the outbox relay, and (unless disabled) the REST API and the
@@ -47,13 +48,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("inboxd: New with a nil pool")
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("inboxd: %w", err)
-	}
 	cfg = cfg.WithDefaults()
-	tls, err := cfg.stompTLS()
+	tls, err := cfg.validate()
 	if err != nil {
-		return nil, fmt.Errorf("inboxd: %w", err) // the files changed since Validate read them
+		return nil, fmt.Errorf("inboxd: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {

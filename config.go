@@ -198,9 +198,16 @@ func (e *ConfigError) Error() string {
 // Validate reports (as a *ConfigError) the settings of c.WithDefaults() that cannot
 // work, named as the command line's flags are. It reads the broker TLS files.
 func (c Config) Validate() error {
-	c = c.WithDefaults()
+	_, err := c.WithDefaults().validate()
+	return err
+}
+
+// validate is Validate on a Config with its defaults, returning the broker TLS it
+// loaded, so that New reads the files once.
+func (c Config) validate() (*stompx.TLS, error) {
 	var problems []string
-	if _, err := c.stompTLS(); err != nil {
+	tls, err := c.stompTLS()
+	if err != nil {
 		problems = append(problems, err.Error())
 	}
 	for _, v := range []struct{ name, value string }{{"client-id", c.ClientID}, {"subscription-name", c.SubscriptionName}} {
@@ -255,9 +262,9 @@ func (c Config) Validate() error {
 		problems = append(problems, "cert-file and key-file go together")
 	}
 	if len(problems) > 0 {
-		return &ConfigError{Problems: problems}
+		return nil, &ConfigError{Problems: problems}
 	}
-	return nil
+	return tls, nil
 }
 
 // validName bounds a client id or subscription name: the broker keys durable

@@ -33,8 +33,6 @@ import (
 	"github.com/inboxd/inboxd/internal/webhook"
 )
 
-var errShutdownTimeout = lifecycle.ErrShutdownTimeout
-
 // assembly is what a Run builds its parts from: the Client's settings and state.
 type assembly struct {
 	pool *pgxpool.Pool
@@ -71,9 +69,10 @@ func (c assembly) run(ctx context.Context) error {
 	// The shutdown budget, split explicitly between the stages that need a bound of
 	// their own: intake its batch in flight, the work its transactions and webhook
 	// batches, the API its requests.
+	// Intake's share needs no setting: ingest bounds its last commit itself
+	// (ingest.Config.CommitTimeout).
 	budget := lifecycle.Split(cfg.ShutdownTimeout, 1, 2, 1)
-	intakeBudget, workBudget, servingBudget := budget[0], budget[1], budget[2]
-	_ = intakeBudget // ingest bounds its last commit itself (ingest.Config.CommitTimeout)
+	workBudget, servingBudget := budget[1], budget[2]
 
 	stompCfg := cfg.stomp(c.tls, log)
 	publisher := stompx.NewPublisher(stompCfg, 2)

@@ -55,9 +55,8 @@ type Config struct {
 
 // New returns a monitor; Run it.
 func New(c Config) *Monitor {
-	db, m, ingest, stallAfter, grace, feed, log := c.DB, c.Metrics, c.Ingest, c.StallAfter, c.Grace, c.Feed, c.Log
-	return &Monitor{db: db, m: m, ingest: ingest, stallAfter: stallAfter, grace: grace, feed: feed, log: log,
-		errs: map[string]error{}, lastProgress: time.Now()}
+	return &Monitor{db: c.DB, m: c.Metrics, ingest: c.Ingest, stallAfter: c.StallAfter, grace: c.Grace, feed: c.Feed,
+		log: c.Log, errs: map[string]error{}, lastProgress: time.Now()}
 }
 
 // Run checks every second until ctx ends.
