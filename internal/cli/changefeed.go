@@ -100,7 +100,7 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg, 0)
 	if err != nil {
 		return err
 	}

@@ -47,12 +47,14 @@ func ensureDatabase(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// openPool connects a pool with the configured URL and database password.
-func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+// openPool connects a pool with the configured URL and database password, of at least
+// minConns connections (0: pgxpool's own size).
+func openPool(ctx context.Context, cfg *config.Config, minConns int32) (*pgxpool.Pool, error) {
 	pc, err := cfg.PoolConfig()
 	if err != nil {
 		return nil, err
 	}
+	pc.MaxConns = max(pc.MaxConns, minConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the database: %w", err)

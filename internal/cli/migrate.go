@@ -22,7 +22,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err := ensureDatabase(ctx, cfg); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg, 0)
 	if err != nil {
 		return err
 	}

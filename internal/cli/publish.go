@@ -57,7 +57,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if !verify {
 		return nil
 	}
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg, 0)
 	if err != nil {
 		return err
 	}

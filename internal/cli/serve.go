@@ -113,14 +113,9 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 // openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize)
 // and applies inboxd's migrations. The caller closes the pool.
 func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
-	pc, err := cfg.PoolConfig()
+	pool, err := openPool(ctx, cfg, cfg.MinPoolSize())
 	if err != nil {
 		return nil, err
-	}
-	pc.MaxConns = max(pc.MaxConns, cfg.MinPoolSize())
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the database: %w", err)
 	}
 	applied, err := schema.Migrate(ctx, pool)
 	if err != nil {
