@@ -10,3 +10,13 @@ func TestIDField(t *testing.T) {
 		}
 	}
 }
+
+// TestPublish: the API publishes to publish-destination, else to the first destination.
+func TestPublish(t *testing.T) {
+	if got := (Config{PublishDestination: "/topic/VirtualTopic.registrations"}).WithDefaults().publish(); got != "/topic/VirtualTopic.registrations" {
+		t.Errorf("publish() = %q, want the publish destination", got)
+	}
+	if got := (Config{}).WithDefaults().publish(); got != "/queue/registrations" {
+		t.Errorf("publish() = %q, want the first destination", got)
+	}
+}

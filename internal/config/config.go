@@ -313,14 +313,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Publish is where POST /registration publishes.
-func (c *Config) Publish() string {
-	if c.PublishDestination != "" {
-		return c.PublishDestination
-	}
-	return c.Destinations[0]
-}
-
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {

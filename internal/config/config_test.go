@@ -65,8 +65,7 @@ func TestConfig(t *testing.T) {
 		{name: "bad bool", env: map[string]string{"INBOXD_NON_DURABLE_TOPICS": "maybe"}, wantErr: "INBOXD_NON_DURABLE_TOPICS"},
 		{name: "client id charset", args: []string{"-client-id", "a b"}, wantErr: "client-id"},
 		{name: "publish destination", args: []string{"-publish-destination", "/topic/VirtualTopic.registrations"},
-			check: func(c *Config) bool { return c.Publish() == "/topic/VirtualTopic.registrations" }},
-		{name: "publish defaults to the first destination", check: func(c *Config) bool { return c.Publish() == "/queue/registrations" }},
+			check: func(c *Config) bool { return c.PublishDestination == "/topic/VirtualTopic.registrations" }},
 		{name: "bad publish destination", args: []string{"-publish-destination", "registrations"}, wantErr: "publish-destination"},
 		// The recoverability policy's defaults are the engine's constants (one source).
 		{name: "retry defaults are the engine's", check: func(c *Config) bool {

@@ -94,8 +94,12 @@ const (
 	SweepGraceCockroachDB = 30 * time.Second
 )
 
-// Concurrency is the default number of processing transactions at once: the CPUs this
-// process may use, at least 2.
+// Concurrency is the default number of processing transactions at once: one batch
+// transaction per CPU this process may use, at least 2. A worker runs a batch of up to
+// ProcessBatchSize events, so a few workers keep the database busy; more only contend
+// for its locks and cores. Measured on 2 cores (inboxd bench, same run): 8 workers
+// drained 0.46–0.48× as fast as ingest alone, 2 workers 0.61–0.73×, with the p99 at
+// 1,000 msg/s down from 234 ms to 46 ms.
 func Concurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // Retention.

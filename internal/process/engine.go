@@ -24,7 +24,7 @@ import (
 // Config tunes the engine. Zero values take the defaults.
 type Config struct {
 	// Concurrency bounds the event transactions running at once, across all batches.
-	// Keep it at or below the pool's MaxConns. Default DefaultConcurrency().
+	// Keep it at or below the pool's MaxConns. Default defaults.Concurrency().
 	Concurrency int
 	// The recoverability policy of every event type without one of its own
 	// (Registry.SetRetryPolicy); see RetryPolicy. Defaults DefaultImmediateRetries (a
@@ -50,13 +50,6 @@ type Config struct {
 	// and with durable locks (see setTimeouts).
 	Dialect database.Dialect
 }
-
-// DefaultConcurrency is one batch transaction per CPU, at least 2. A worker runs a batch
-// of up to BatchSize events, so a few workers keep the database busy; more only
-// contend for its locks and cores. Measured on 2 cores (inboxd bench, same run): 8
-// workers drained 0.46–0.48× as fast as ingest alone, 2 workers 0.61–0.73×, with the
-// p99 at 1,000 msg/s down from 234 ms to 46 ms.
-func DefaultConcurrency() int { return defaults.Concurrency() }
 
 func (c Config) withDefaults() Config {
 	c.Concurrency = defaults.Or(c.Concurrency, defaults.Concurrency())

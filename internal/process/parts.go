@@ -1,5 +1,9 @@
 package process
 
+import (
+	"github.com/inboxd/inboxd/internal/defaults"
+)
+
 // partSize is the number of events per part below which a delivered batch is not split
 // further: a part is one worker's sequence of transactions.
 const partSize = 32
@@ -8,8 +12,6 @@ const partSize = 32
 // many workers process it at once: at most concurrency (Config.Concurrency), one per 32
 // events. Each part runs its events in sequence, in transactions of up to BatchSize.
 func Parts(n, concurrency int) int {
-	if concurrency <= 0 {
-		concurrency = DefaultConcurrency()
-	}
+	concurrency = defaults.Or(concurrency, defaults.Concurrency())
 	return max(1, min(concurrency, (n+partSize-1)/partSize))
 }
