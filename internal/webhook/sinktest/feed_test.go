@@ -26,6 +26,10 @@ type recorder struct {
 	// failTries: the first failTries posts of a faulty batch fail; faults bounds the
 	// faulty batches, so that the feed converges.
 	failTries, faults int
+	// kinds alternates the faulty batches between a 500 and a timeout, so that each
+	// run sees both (drawn from the ids, a run could see only one kind).
+	kinds   int
+	faultOf map[string]int // the fault of each faulty batch, by body
 
 	mu        sync.Mutex
 	bodies    map[string]int  // posts by body
@@ -80,12 +84,18 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if len(ids) > r.maxBatch {
 		r.fail("batch of %d rows, over Flush.Messages %d", len(ids), r.maxBatch)
 	}
-	// The first post of a batch fails one way or the other, by its first id.
-	fault := 0
-	if try <= r.failTries && r.faults > 0 {
-		if fault = int(ids[0][0]) % 3; fault != 0 && try == r.failTries {
-			r.faults--
-		}
+	// The first posts of some batches (picked by their first id) fail, in turn with a
+	// 500 and by outlasting the client's timeout.
+	fault := r.faultOf[string(b)]
+	if try == 1 && r.faults > 0 && int(ids[0][0])%3 != 0 {
+		fault = 1 + r.kinds%2
+		r.kinds++
+		r.faultOf[string(b)] = fault
+	}
+	if try > r.failTries {
+		fault = 0
+	} else if fault != 0 && try == r.failTries {
+		r.faults--
 	}
 	if fault != 2 {
 		mine := map[string]bool{} // one batch can hold several versions of a row
@@ -139,7 +149,7 @@ func TestFeedSemantics(t *testing.T) {
 		retryMax int
 	}{{"retry forever", 0}, {"retry max 1", 1}} {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := &recorder{t: t, maxBatch: 8, slow: time.Second, failTries: tt.retryMax + 1, faults: 8, bodies: map[string]int{}, delivered: map[string]int{},
+			rec := &recorder{t: t, maxBatch: 8, slow: time.Second, failTries: tt.retryMax + 1, faults: 8, bodies: map[string]int{}, faultOf: map[string]int{}, delivered: map[string]int{},
 				inFlight: map[string]bool{}, status: map[int]int{}}
 			srv := httptest.NewServer(rec)
 			t.Cleanup(srv.Close)
