@@ -248,7 +248,8 @@ SELECT n.aggregate_id,
 FROM n
 ORDER BY n.aggregate_id
 ON CONFLICT (aggregate_id) DO UPDATE SET head_id = excluded.head_id, head_seq = excluded.head_seq,
-    due_at = excluded.due_at, received = excluded.received, parked = excluded.parked`
+    due_at = excluded.due_at, received = excluded.received, parked = excluded.parked
+RETURNING aggregate_id, parked`
 
 // deleteIdleHeadsSQL deletes the rows of aggregates $1 left with no pending entry and no
 // parking DEAD entry. Each aggregate is probed by a LATERAL … LIMIT 1 through
@@ -274,22 +275,48 @@ WHERE h.aggregate_id IN (
 // inside tx, after tx changed the status of some of their entries (or their
 // next_attempt_at): it must run in the same transaction, after those changes.
 func SyncHeads(ctx context.Context, tx database.DB, aggregates []string) error {
+	_, err := SettleHeads(ctx, tx, aggregates)
+	return err
+}
+
+// SettleHeads is SyncHeads, and it returns which of the aggregates still have a head
+// that is not parked: the only ones whose next event there can be to move on once tx
+// commits. (One journaled after this statement read the journal is not among them; its
+// ingest waits for tx's locks, then puts it in aggregate_head, due, and kicks the
+// workers or reaches the changefeed itself.) Processing uses it to skip looking for
+// the successors of aggregates that have none, which is most of them.
+func SettleHeads(ctx context.Context, tx database.DB, aggregates []string) (map[string]bool, error) {
 	if len(aggregates) == 0 {
-		return nil
+		return nil, nil
 	}
 	aggs := slices.Clone(aggregates)
 	slices.Sort(aggs)
 	aggs = slices.Compact(aggs)
 	if _, err := tx.Exec(ctx, lockAggregateHeadsSQL, aggs); err != nil {
-		return fmt.Errorf("locking %d aggregate heads: %w", len(aggs), err)
+		return nil, fmt.Errorf("locking %d aggregate heads: %w", len(aggs), err)
 	}
-	if _, err := tx.Exec(ctx, upsertHeadsSQL, aggs); err != nil {
-		return fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+	rows, err := tx.Query(ctx, upsertHeadsSQL, aggs)
+	if err != nil {
+		return nil, fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+	}
+	next := map[string]bool{}
+	var (
+		agg    string
+		parked bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&agg, &parked}, func() error {
+		if !parked {
+			next[agg] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
 	}
 	if _, err := tx.Exec(ctx, deleteIdleHeadsSQL, aggs); err != nil {
-		return fmt.Errorf("deleting idle aggregate heads: %w", err)
+		return nil, fmt.Errorf("deleting idle aggregate heads: %w", err)
 	}
-	return nil
+	return next, nil
 }
 
 // aggregatesOfSQL returns the distinct aggregates of entries $1.

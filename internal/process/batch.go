@@ -23,6 +23,9 @@ type claimFunc func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error)
 type batchResult struct {
 	claimed []journal.Head
 	outs    map[string]Outcome
+	// next holds the aggregates of the batch left with a head that is not parked
+	// (journal.SettleHeads): the only ones chain has anything to look for in.
+	next map[string]bool
 }
 
 // maxConflicts bounds the retries of a batch that keeps hitting 40001.
@@ -127,13 +130,14 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
 		return res, err
 	}
-	if err := e.settleHeads(ctx, tx, heads, recs); err != nil {
+	next, err := e.settleHeads(ctx, tx, heads, recs)
+	if err != nil {
 		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("committing a processing batch: %w", err)
 	}
-	res.claimed = heads
+	res.claimed, res.next = heads, next
 	took := time.Since(start).Seconds()
 	for _, h := range heads {
 		out := res.outs[h.ID]
@@ -178,11 +182,12 @@ func (e *Engine) recordOutcomes(ctx context.Context, tx pgx.Tx, recs []journal.O
 }
 
 // settleHeads moves the aggregates of the recorded outcomes on to their next head
-// (journal.SyncHeads), in the batch's transaction. A DEAD event of a type that runs on
-// (Registry.RunOnDead) is skipped first, so that it does not park its aggregate.
-func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) error {
+// (journal.SettleHeads), in the batch's transaction, and returns those left with a
+// head that is not parked. A DEAD event of a type that runs on (Registry.RunOnDead) is
+// skipped first, so that it does not park its aggregate.
+func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
 	if len(recs) == 0 {
-		return nil
+		return nil, nil
 	}
 	// recs follow heads' order (runBatch records in sequence order), so one pass
 	// usually pairs them, without a map (this runs for every batch).
@@ -196,7 +201,7 @@ func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		if i == len(heads) {
 			i = slices.IndexFunc(heads, func(h journal.Head) bool { return h.ID == r.ID })
 			if i < 0 {
-				return fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
+				return nil, fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
 			}
 		}
 		h := &heads[i]
@@ -208,9 +213,9 @@ func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		}
 	}
 	if err := journal.SkipDead(ctx, tx, runOn, journal.RunOnSkipper); err != nil {
-		return err
+		return nil, err
 	}
-	return journal.SyncHeads(ctx, tx, aggs)
+	return journal.SettleHeads(ctx, tx, aggs)
 }
 
 func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {
@@ -358,15 +363,20 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 		mu    sync.Mutex
 		outs  = map[string]Outcome{}
 		aggOf = map[string]string{}
+		next  = map[string]bool{} // aggregates a batch left with a head not parked
 		errs  []error
 		wg    sync.WaitGroup
 	)
-	merge := func(o map[string]Outcome, heads []journal.Head) {
+	merge := func(res batchResult) {
 		mu.Lock()
 		defer mu.Unlock()
-		for id, out := range o {
+		for id, out := range res.outs {
 			outs[id] = out
 		}
+		for agg := range res.next {
+			next[agg] = true
+		}
+		heads := res.claimed
 		for _, h := range heads {
 			aggOf[h.ID] = h.AggregateID
 		}
@@ -394,7 +404,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 					mu.Unlock()
 					return
 				}
-				merge(res.outs, res.claimed)
+				merge(res)
 				limit, ids = l, ids[n:]
 			}
 		}()
@@ -414,7 +424,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 		}
 	}
 	for id, o := range outs {
-		if o.completes() {
+		if o.completes() && next[aggOf[id]] {
 			moving[aggOf[id]] = true
 		}
 	}
@@ -458,7 +468,7 @@ func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[strin
 		next := slices.Clone(list[took:])
 		for _, h := range heads {
 			outs[h.ID] = o[h.ID]
-			if o[h.ID].completes() {
+			if o[h.ID].completes() && res.next[h.AggregateID] {
 				next = append(next, h.AggregateID)
 			}
 		}

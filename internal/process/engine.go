@@ -224,7 +224,8 @@ func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec j
 		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
 			return err
 		}
-		return e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
+		_, err = e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
+		return err
 	})
 	return got, err
 }

@@ -130,10 +130,11 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 	defer t.Stop()
 	for ctx.Err() == nil {
 		s.e.m.SweeperRuns.Inc()
-		outs, heads, err := s.e.ProcessDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+		res, _, err := s.e.processDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+		heads := res.claimed
 		s.count(heads)
 		if err == nil {
-			err = s.e.chain(wctx, completed(outs, heads), outs)
+			err = s.e.chain(wctx, completed(res), res.outs)
 		}
 		switch {
 		case err != nil && journal.IsLicenseThrottled(err):
@@ -182,10 +183,11 @@ func (s *Sweeper) count(heads []journal.Head) (p Pass) {
 // Sweep runs one batch and refreshes the DEAD gauge.
 func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	s.e.m.SweeperRuns.Inc()
-	outs, heads, err := s.e.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, nil)
-	p := s.count(heads)
+	res, _, err := s.e.processDue(ctx, s.cfg.Grace, s.cfg.BatchSize, nil)
+	outs := res.outs
+	p := s.count(res.claimed)
 	if err == nil {
-		err = s.e.chain(ctx, completed(outs, heads), outs)
+		err = s.e.chain(ctx, completed(res), outs)
 	}
 	p.Outcomes = map[Outcome]int{}
 	for _, o := range outs {
@@ -201,13 +203,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	return p, nil
 }
 
-// completed returns the aggregates whose claimed event completed: their successors are
-// due now, even inside the grace period (with a changefeed, it may well have delivered
-// them already and seen them deferred).
-func completed(outs map[string]Outcome, heads []journal.Head) map[string]bool {
+// completed returns the aggregates whose claimed event completed and that have a next
+// event: it is due now, even inside the grace period (with a changefeed, it may well
+// have been delivered already and seen deferred).
+func completed(res batchResult) map[string]bool {
 	aggs := map[string]bool{}
-	for _, h := range heads {
-		if outs[h.ID].completes() {
+	for _, h := range res.claimed {
+		if res.outs[h.ID].completes() && res.next[h.AggregateID] {
 			aggs[h.AggregateID] = true
 		}
 	}
