@@ -26,11 +26,14 @@ type options struct {
 	HighRate    float64
 	E2EDuration time.Duration
 	Warmup      int
-	Dup, Bad    float64
-	StompAddr   string
-	AdminURL    string
-	CPUProfile  bool
-	RowTimeout  time.Duration
+	// BrokerWarmup messages go through the broker before the first row (see
+	// runner.warmBroker).
+	BrokerWarmup int
+	Dup, Bad     float64
+	StompAddr    string
+	AdminURL     string
+	CPUProfile   bool
+	RowTimeout   time.Duration
 
 	// The growth rows (issue 20).
 	Backlog      []int // backlog: events blocked behind failed heads, one measurement per level
@@ -76,6 +79,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.HighRate, "rate-high", 3000, "e2e-sweeper row: a second offered rate, to show whether a backlog grows (0: off)")
 	fs.DurationVar(&o.E2EDuration, "e2e-duration", 0, "end-to-end rows: how long to publish at -rate (default 20s; quick 3s)")
 	fs.IntVar(&o.Warmup, "warmup", 200, "end-to-end rows: messages processed before measuring")
+	fs.IntVar(&o.BrokerWarmup, "warmup-broker", 60000, "messages published and drained through a scratch queue before the first row, so that no row measures the broker's JIT warm-up (0: off)")
 	fs.Float64Var(&o.Dup, "dup", 0.30, "drain rows: share of duplicate messages")
 	fs.Float64Var(&o.Bad, "malformed", 0.01, "drain rows: share of malformed messages")
 	fs.StringVar(&o.StompAddr, "stomp-addr", envOr("INBOXD_STOMP_ADDR", "127.0.0.1:61613"), "ActiveMQ STOMP address (env INBOXD_STOMP_ADDR)")
@@ -305,7 +309,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func (o *options) settings() map[string]any {
 	return map[string]any{
 		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
-		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup,
+		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup, "warmup_broker": o.BrokerWarmup,
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
 		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
 	}
