@@ -376,8 +376,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 		for agg := range res.next {
 			next[agg] = true
 		}
-		heads := res.claimed
-		for _, h := range heads {
+		for _, h := range res.claimed {
 			aggOf[h.ID] = h.AggregateID
 		}
 	}
