@@ -117,7 +117,11 @@ func TestRetryJoinsBatchInFlight(t *testing.T) {
 	go func() { first <- postBody(ctx, client, u, body) }()
 	waitStarted(t, p)
 	cancel()
-	if a := <-first; a.err == nil {
+	// The handler answers 503 once the request's context ends. The client usually sees
+	// its own cancellation, but it can read that 503 first: its TLS Close sends
+	// close_notify, the server answers it, and only then is the socket closed (a
+	// loaded machine, about 1 run in 200). Either way the batch was not answered 2xx.
+	if a := <-first; a.err == nil && a.status != http.StatusServiceUnavailable {
 		t.Fatalf("first post answered %d before its batch finished", a.status)
 	}
 
