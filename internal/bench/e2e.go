@@ -151,10 +151,12 @@ func serveWebhook(eng *process.Engine, pool *pgxpool.Pool, m *metrics.Metrics, l
 }
 
 // feedStandIn plays the CockroachDB changefeed that PostgreSQL lacks: it polls the
-// journal's RECEIVED rows in sequence order (a rangefeed's committed writes) and
-// flushes them like webhook_sink_config {"Flush":{"Messages":batch,"Frequency":flush}},
-// with the sink's InFlight POSTs running in parallel to the polling, as the sink's I/O
-// workers do. Its poll interval and flush frequency are part of the measured latency.
+// journal's RECEIVED rows in sequence order (a rangefeed's committed writes), takes
+// each one it has not emitted yet (journal.Received: a cursor would miss a batch that
+// commits after a later one) and flushes them like webhook_sink_config
+// {"Flush":{"Messages":batch,"Frequency":flush}}, with the sink's InFlight POSTs running
+// in parallel to the polling, as the sink's I/O workers do. Its poll interval and flush
+// frequency are part of the measured latency.
 type feedStandIn struct {
 	db          database.DB
 	sink        *sinktest.Sink
@@ -195,32 +197,30 @@ func (f *feedStandIn) run(ctx context.Context) error {
 
 func (f *feedStandIn) poll1(ctx context.Context, work chan<- []json.RawMessage) error {
 	var (
-		last    int64
+		emitted []string // ids emitted and RECEIVED at the last poll
 		pending []json.RawMessage
 		oldest  time.Time
 	)
 	t := time.NewTicker(f.poll)
 	defer t.Stop()
 	for {
-		rows, seq, err := journal.ReceivedAfter(ctx, f.db, last, 5000)
+		ids, rows, err := journal.Received(ctx, f.db, emitted, 5000)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			f.log.Warn("changefeed stand-in: polling the journal", "error", err)
+		} else {
+			emitted = ids // every row returned is emitted now, or was before
 		}
-		last = seq
-		for _, r := range rows {
-			var row struct {
-				ID string `json:"id"`
-			}
-			if err := json.Unmarshal(r, &row); err != nil {
-				return fmt.Errorf("journal row %s: %w", r, err)
+		for i, r := range rows {
+			if r == nil {
+				continue
 			}
 			if len(pending) == 0 {
 				oldest = time.Now()
 			}
-			pending = append(pending, sinktest.Wrapped(r, row.ID, "journal", f.clock.Now()))
+			pending = append(pending, sinktest.Wrapped(r, ids[i], "journal", f.clock.Now()))
 		}
 		for len(pending) >= f.batch || (len(pending) > 0 && time.Since(oldest) >= f.flush) {
 			n := min(len(pending), f.batch)

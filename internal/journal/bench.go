@@ -103,33 +103,40 @@ func ProcessedTimings(ctx context.Context, db database.DB) ([]Timing, error) {
 	return out, nil
 }
 
-// ReceivedAfter returns, in sequence order, up to limit RECEIVED rows whose sequence_no
-// is above after, each as the JSON object of its columns (as a changefeed's "after"),
-// and the highest sequence_no returned (after itself when none). The benchmark's
-// stand-in for a CockroachDB changefeed polls it; the partial pending indexes serve it.
-func ReceivedAfter(ctx context.Context, db database.DB, after int64, limit int) ([][]byte, int64, error) {
-	rows, err := db.Query(ctx, `SELECT row_to_json(j)::TEXT, j.sequence_no FROM journal AS j
-		WHERE j.status = 'RECEIVED' AND j.sequence_no > $1
-		ORDER BY j.sequence_no LIMIT $2`, after, limit)
+// Received returns, in sequence order, up to limit RECEIVED rows: each one's id and,
+// unless its id is in seen, the JSON object of its columns (as a changefeed's "after");
+// nil for the seen ones, so that only new rows are serialized. The benchmark's
+// stand-in for a CockroachDB changefeed polls it and remembers what it emitted: a
+// cursor on sequence_no would miss the rows of a batch that commits after a later
+// one (commits in flight), which a rangefeed never misses. The partial pending index
+// serves it.
+func Received(ctx context.Context, db database.DB, seen []string, limit int) (ids []string, rows [][]byte, err error) {
+	r, err := db.Query(ctx, `SELECT j.id::TEXT, CASE WHEN j.id = ANY ($1::UUID[]) THEN NULL ELSE row_to_json(j)::TEXT END
+		FROM journal AS j WHERE j.status = 'RECEIVED'
+		ORDER BY j.sequence_no LIMIT $2`, seen, limit)
 	if err != nil {
-		return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+		return nil, nil, fmt.Errorf("reading received journal rows: %w", err)
 	}
-	defer rows.Close()
-	var out [][]byte
-	last := after
-	for rows.Next() {
-		var s string
-		var seq int64
-		if err := rows.Scan(&s, &seq); err != nil {
-			return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+	defer r.Close()
+	for r.Next() {
+		var (
+			id  string
+			row *string
+		)
+		if err := r.Scan(&id, &row); err != nil {
+			return nil, nil, fmt.Errorf("reading received journal rows: %w", err)
 		}
-		out = append(out, []byte(s))
-		last = max(last, seq)
+		ids = append(ids, id)
+		if row == nil {
+			rows = append(rows, nil)
+		} else {
+			rows = append(rows, []byte(*row))
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, after, fmt.Errorf("reading received journal rows: %w", err)
+	if err := r.Err(); err != nil {
+		return nil, nil, fmt.Errorf("reading received journal rows: %w", err)
 	}
-	return out, last, nil
+	return ids, rows, nil
 }
 
 // Tags of the entries the benchmark writes straight into the journal.
