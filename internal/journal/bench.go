@@ -111,8 +111,9 @@ func ProcessedTimings(ctx context.Context, db database.DB) ([]Timing, error) {
 // one (commits in flight), which a rangefeed never misses. The partial pending index
 // serves it.
 func Received(ctx context.Context, db database.DB, seen []string, limit int) (ids []string, rows [][]byte, err error) {
-	r, err := db.Query(ctx, `SELECT j.id::TEXT, CASE WHEN j.id = ANY ($1::UUID[]) THEN NULL ELSE row_to_json(j)::TEXT END
-		FROM journal AS j WHERE j.status = 'RECEIVED'
+	r, err := db.Query(ctx, `SELECT j.id::TEXT, CASE WHEN s.id IS NULL THEN row_to_json(j)::TEXT END
+		FROM journal AS j LEFT JOIN unnest($1::UUID[]) AS s(id) ON s.id = j.id
+		WHERE j.status = 'RECEIVED'
 		ORDER BY j.sequence_no LIMIT $2`, seen, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading received journal rows: %w", err)

@@ -504,15 +504,24 @@ func Skip(ctx context.Context, db database.DB, id, by string) (Record, error) {
 	return r, ErrNotSkippable
 }
 
+// parkedSQL counts the parked aggregates and the entries waiting behind them: per
+// parked aggregate (aggregate_head_parked), its pending entries through
+// journal_aggregate_pending. As a plain join, PostgreSQL hash-joined a scan of the
+// journal, every second (the sweeper refreshes the gauges), with no aggregate parked:
+// 3,000 blocks a call on a 60,000-entry journal.
+const parkedSQL = `
+SELECT (SELECT count(*) FROM aggregate_head WHERE parked),
+       (SELECT coalesce(sum(w.n), 0) FROM aggregate_head AS h
+        CROSS JOIN LATERAL (
+        	SELECT count(*) AS n FROM journal AS j
+        	WHERE j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')) AS w
+        WHERE h.parked)`
+
 // Parked counts the aggregates parked by a DEAD head and the events waiting behind
 // them, through aggregate_head_parked and journal_aggregate_pending: the cost follows
 // what is parked, not the journal.
 func Parked(ctx context.Context, db database.DB) (aggregates, waiting int64, err error) {
-	err = db.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM aggregate_head WHERE parked),
-		       (SELECT count(*) FROM aggregate_head AS h JOIN journal AS j
-		          ON j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
-		        WHERE h.parked)`).Scan(&aggregates, &waiting)
+	err = db.QueryRow(ctx, parkedSQL).Scan(&aggregates, &waiting)
 	if err != nil {
 		return 0, 0, fmt.Errorf("counting parked aggregates: %w", err)
 	}

@@ -88,6 +88,7 @@ func TestHotPlansUseKeys(t *testing.T) {
 		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},
 		{name: "sweeper: stale heads", sql: staleHeadsSQL, args: []any{int64(2000)}, want: []string{"journal_pkey"}},
 		{name: "settle: delete idle heads", sql: deleteIdleHeadsSQL, args: []any{aggs}, want: byAggregate},
+		{name: "sweeper: parked gauges", sql: parkedSQL, want: []string{"aggregate_head_parked", "journal_aggregate_pending"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/database"
@@ -257,7 +258,9 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 	var inserted, conflicts, quarantined int64
 	var raced []int64
 	err := retrySerialization(ctx, func() error {
-		return db.QueryRow(ctx, ingestSQL, payloads, types, aggs, tags,
+		// CacheDescribe: planned for the journal as it is at each batch, never from a
+		// generic plan cached while it was small (see the engine's setTimeouts).
+		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe, payloads, types, aggs, tags,
 			badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces).Scan(&inserted, &conflicts, &quarantined, &raced)
 	})
 	if err != nil {
