@@ -256,21 +256,7 @@ func txAborted(tx pgx.Tx) bool { return tx.Conn().PgConn().TxStatus() == 'E' }
 // it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
 func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 	ms := max(e.cfg.HandlerTimeout.Milliseconds(), 1)
-	set := "SET LOCAL statement_timeout = " + strconv.FormatInt(ms, 10)
-	if e.cfg.Dialect != database.CockroachDB {
-		// A plan for the sizes the tables have now, every time. PostgreSQL plans a
-		// prepared statement (pgx prepares each one) generically after five executions
-		// and keeps that plan until the table is analyzed again: made while the journal
-		// was small (a new deployment, a benchmark's fresh database), it scans the whole
-		// journal in every batch once the journal has grown, for up to a minute
-		// (autovacuum's naptime): the push path at 3,000 msg/s fell behind in one run of
-		// two, its outcome UPDATE and attempt INSERT reading 2,300 blocks per batch
-		// instead of 800. Planning each statement costs less than that.
-		// https://www.postgresql.org/docs/15/sql-prepare.html#SQL-PREPARE-NOTES
-		set += "; SET LOCAL plan_cache_mode = force_custom_plan"
-	}
-	// Without arguments, pgx sends this in one simple-protocol message.
-	if _, err := tx.Exec(ctx, set); err != nil {
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("setting statement_timeout: %w", err)
 	}
 	if e.cfg.Dialect == database.CockroachDB {
