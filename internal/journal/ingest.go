@@ -258,8 +258,9 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 	var inserted, conflicts, quarantined int64
 	var raced []int64
 	err := retrySerialization(ctx, func() error {
-		// CacheDescribe: planned for the journal as it is at each batch, never from a
-		// generic plan cached while it was small (see the engine's setTimeouts).
+		// CacheDescribe: not prepared under a name, so planned for the journal as it is
+		// at each batch, never from a generic plan cached while it was small (see
+		// customPlansSQL); its join with the journal then scanned it whole.
 		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe, payloads, types, aggs, tags,
 			badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces).Scan(&inserted, &conflicts, &quarantined, &raced)
 	})
