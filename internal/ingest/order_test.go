@@ -34,7 +34,11 @@ func (o *orderDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	if !strings.Contains(sql, "INSERT INTO journal") || len(args) == 0 {
 		return o.DB.QueryRow(ctx, sql, args...)
 	}
-	payloads, _ := args[0].([]string)
+	first := args[0]
+	if _, ok := first.(pgx.QueryExecMode); ok && len(args) > 1 { // journal.Ingest names its mode first
+		first = args[1]
+	}
+	payloads, _ := first.([]string)
 	holds := func(id string) bool {
 		for _, p := range payloads {
 			if id != "" && strings.Contains(p, id) {
