@@ -23,20 +23,21 @@ if ! psql "$PGURL/postgres" -qAt -c "SELECT 1 FROM pg_database WHERE datname = '
     $P -c "DROP INDEX $i"
   done
   for ((s = 0; s < N; s += 1000000)); do
-    $P -c "INSERT INTO journal (payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
-      SELECT jsonb_build_object('id', gen_random_uuid()::TEXT, 'type', t, 'aggregateId', 'c-' || (g % 500000)::TEXT,
+    $P -c "INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+      SELECT u, jsonb_build_object('id', u::TEXT, 'type', t, 'aggregateId', 'c-' || (g % 500000)::TEXT,
                'data', jsonb_build_object('email', 'user' || g::TEXT || '@example.com', 'jurisdiction', (ARRAY['mga','ukgc'])[1 + g % 2])),
              t, 'c-' || (g % 500000)::TEXT, '/queue/events', 'PROCESSED', 1,
              now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second'
-      FROM (SELECT g, (ARRAY['registration','payment','deposit','withdrawal','login'])[1 + g % 5] AS t
+      FROM (SELECT g, (ARRAY['registration','payment','deposit','withdrawal','login'])[1 + g % 5] AS t, gen_random_uuid() AS u
             FROM generate_series($s + 1, least($s + 1000000, $N)) AS g) AS x"
     echo "$(date -u +%T) $((s + 1000000 < N ? s + 1000000 : N)) settled entries" >&2
   done
   # Pending and failed work, due in an hour so that serve leaves it as it is.
-  $P -c "INSERT INTO journal (payload, event_type, aggregate_id, status, next_attempt_at)
-    SELECT jsonb_build_object('id', gen_random_uuid()::TEXT), 'registration', 'p-' || g::TEXT,
+  # The id is given, as ingest gives it (migration 0013): the event id.
+  $P -c "INSERT INTO journal (id, payload, event_type, aggregate_id, status, next_attempt_at)
+    SELECT u, jsonb_build_object('id', u::TEXT), 'registration', 'p-' || g::TEXT,
            (ARRAY['RECEIVED','RECEIVED','RECEIVED','RECEIVED','FAILED','DEAD','REJECTED','REJECTED'])[1 + g % 8], now() + INTERVAL '1 hour'
-    FROM generate_series(1, 2000) AS g"
+    FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 2000) AS g) AS x"
   while read -r def; do $P -c "$def"; done < "/tmp/$DB.indexes"
   $P -c "VACUUM ANALYZE journal"
 fi
