@@ -60,13 +60,21 @@ func (d Dialect) TxPool(p *pgxpool.Pool) DB {
 const versionSQL = `SELECT version()`
 
 // Detect asks the database which dialect it speaks. Sent unprepared: a statement run
-// once gains nothing from preparing.
+// once gains nothing from preparing. A CockroachDB older than MinVersion is an error
+// (ErrVersionTooOld): Client.Run and Migrate then stop at start with a message that
+// names the release, instead of failing every processing transaction on a session
+// variable it lacks (enable_durable_locking_for_serializable, v23.2) or locking
+// differently (SKIP LOCKED over replicated locks, v24.1).
 func Detect(ctx context.Context, db DB) (Dialect, error) {
 	var v string
 	if err := db.QueryRow(ctx, versionSQL, pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil {
 		return PostgreSQL, fmt.Errorf("detecting the database: %w", err)
 	}
 	if strings.Contains(v, "CockroachDB") {
+		// version() reads as crdb_version does: "CockroachDB CCL v24.1.0 (…)".
+		if _, err := CheckVersion(v); err != nil {
+			return CockroachDB, fmt.Errorf("detecting the database: %w", err)
+		}
 		return CockroachDB, nil
 	}
 	return PostgreSQL, nil
