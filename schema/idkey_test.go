@@ -23,16 +23,9 @@ func TestMigration0013KeepsExistingJournal(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "CREATE SCHEMA before0013"); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = "before0013"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.OpenPool(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["search_path"] = "before0013"
+	})
 	migs, err := schema.Migrations()
 	if err != nil {
 		t.Fatal(err)

@@ -67,17 +67,10 @@ func TestConcurrentMigrate(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, "CREATE SCHEMA "+fresh); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := pgxpool.ParseConfig(db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.RuntimeParams["search_path"] = fresh
-		cfg.MaxConns = 8
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := db.OpenPool(t, func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.RuntimeParams["search_path"] = fresh
+			cfg.MaxConns = 8
+		})
 		errs := make(chan error, 8)
 		for range 8 {
 			go func() {

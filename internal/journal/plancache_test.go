@@ -14,18 +14,7 @@ import (
 // singleSession is a pool of one connection: pg_prepared_statements is per session.
 func singleSession(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	db := testenv.NewDB(t)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return testenv.NewDB(t).OpenPool(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 }
 
 // Ingest's statement is planned for the journal as it is at each batch: never prepared

@@ -50,16 +50,9 @@ func TestChainLooksOnlyWhereThereIsANextEvent(t *testing.T) {
 			ctx := context.Background()
 			db := testenv.NewDB(t)
 			picks := &successorPicks{}
-			cfg, err := pgxpool.ParseConfig(db.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.ConnConfig.Tracer = picks
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			pool := db.OpenPool(t, func(cfg *pgxpool.Config) {
+				cfg.ConnConfig.Tracer = picks
+			})
 			e, _, _ := newEngine(t, &testenv.DB{URL: db.URL, Pool: pool}, process.Config{})
 			const aggregates = 10
 			var payloads [][]byte

@@ -193,17 +193,8 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 func TestHandleBatchEmitsWithOneStatement(t *testing.T) {
 	ctx := context.Background()
 	db := newDB(t)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &statementCounter{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.OpenPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
 	const n = 200
 	evs := make([]process.Event, n)
 	for i := range evs {

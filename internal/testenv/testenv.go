@@ -63,6 +63,23 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
+// OpenPool opens another pool on the test's database, shaped by configure (its size, a
+// tracer, a search_path), and closes it with the test.
+func (d *DB) OpenPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configure(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // DBOptions shape a test database.
 type DBOptions struct {
 	// Isolation is the database's default_transaction_isolation ("serializable", say);

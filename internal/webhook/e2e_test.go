@@ -39,16 +39,9 @@ var sweepRetriesOnly = &process.SweeperConfig{Interval: 10 * time.Millisecond, G
 
 func startInstance(t *testing.T, db *testenv.DB, fx *pt.Effects, sweeper *process.SweeperConfig) instance {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 10
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.OpenPool(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 10
+	})
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, fx)
 	reg.Register(registration.EventType, registration.Handler)

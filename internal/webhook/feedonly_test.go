@@ -39,16 +39,9 @@ func TestChangefeedOnlyPush(t *testing.T) {
 	}
 	fx := pt.NewEffects(t, db.Pool)
 
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.OpenPool(t, func(pcfg *pgxpool.Config) {
+		pcfg.MaxConns = 8
+	})
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		t := time.NewTimer(handlerTime) // the handler's own work

@@ -53,16 +53,9 @@ func (s *slowHandler) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) e
 // returns the handler, its URL and a client that trusts it.
 func slowInstance(t *testing.T, db *testenv.DB, h process.Handler, workers int, cfg webhook.Config) (*webhook.Handler, string, *http.Client, *metrics.Metrics) {
 	t.Helper()
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = int32(2*workers + 2)
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.OpenPool(t, func(pcfg *pgxpool.Config) {
+		pcfg.MaxConns = int32(2*workers + 2)
+	})
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, h)
 	m := metrics.New()
