@@ -243,11 +243,7 @@ func parseStatuses(vs []string, allowed []journal.Status) ([]journal.Status, err
 				if allowed != nil {
 					set = allowed
 				}
-				names := make([]string, len(set))
-				for i, st := range set {
-					names[i] = string(st)
-				}
-				return nil, fmt.Errorf("must be one or more of %s", strings.Join(names, ", "))
+				return nil, fmt.Errorf("must be one or more of %s", strings.Join(journal.StatusText(set), ", "))
 			}
 			seen[s] = true
 			out = append(out, s)

@@ -96,7 +96,7 @@ func where(f Filter, args *[]any) []string {
 		conds = append(conds, "event_type = "+arg(f.EventType))
 	}
 	if len(f.Statuses) > 0 {
-		conds = append(conds, "status = ANY ("+arg(statusText(f.Statuses))+"::TEXT[])")
+		conds = append(conds, "status = ANY ("+arg(StatusText(f.Statuses))+"::TEXT[])")
 	}
 	if hasContains(f.Contains) {
 		conds = append(conds, "payload @> "+arg(string(f.Contains))+"::JSONB")

@@ -20,9 +20,10 @@ var Statuses = []Status{StatusReceived, StatusProcessed, StatusFailed, StatusDea
 // RetryableStatuses are the statuses an operator retry applies to.
 var RetryableStatuses = []Status{StatusFailed, StatusDead, StatusRejected}
 
-// statusText is statuses as the []string pgx encodes as TEXT[] (it has no plan for a
-// slice of a named string type when the parameter's type is not yet known).
-func statusText(statuses []Status) []string {
+// StatusText is statuses as plain strings: what pgx encodes as TEXT[] (it has no plan
+// for a slice of a named string type when the parameter's type is not yet known), and
+// what a message lists.
+func StatusText(statuses []Status) []string {
 	out := make([]string, len(statuses))
 	for i, s := range statuses {
 		out[i] = string(s)
