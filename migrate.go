@@ -16,11 +16,13 @@ import (
 // CockroachDB it also sets the default row-level TTL of the journal and quarantine;
 // "inboxd migrate" sets other values.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := schema.Migrate(ctx, pool); err != nil {
-		return fmt.Errorf("inboxd: migrating: %w", err)
-	}
+	// Detected first: it refuses a CockroachDB older than database.MinVersion before
+	// any migration runs.
 	dialect, err := database.Detect(ctx, pool)
 	if err != nil {
+		return fmt.Errorf("inboxd: migrating: %w", err)
+	}
+	if _, err := schema.Migrate(ctx, pool); err != nil {
 		return fmt.Errorf("inboxd: migrating: %w", err)
 	}
 	if !dialect.RowTTL() {
