@@ -55,7 +55,8 @@ func runSubscriptions(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 	defer pool.Close()
-	broker := stompx.Config{Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode, DialTimeout: 5 * time.Second}
+	broker := stompx.Config{Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode, Host: cfg.StompHost,
+		Broker: stompx.Broker(cfg.Broker), DialTimeout: 5 * time.Second}
 	if action == "list" {
 		if fs.NArg() != 0 {
 			return fmt.Errorf("list takes no arguments, got %q", fs.Args())

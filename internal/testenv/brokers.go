@@ -1,0 +1,108 @@
+package testenv
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// BrokerEnv is one of the brokers the broker scenarios run against: ActiveMQ, and the
+// private RabbitMQ node (STOMP plugin) scripts/services.sh starts. It is plain data, so
+// that packages below stompx can use it; stompx.Config takes its fields as they are.
+type BrokerEnv struct {
+	Name     string // "activemq" or "rabbitmq": stompx.Broker
+	Addr     string // plaintext STOMP
+	Login    string
+	Passcode string
+	Host     string // the STOMP host header: RabbitMQ's virtual host
+	// TLSAddr is the stomp+ssl listener, server-authenticated; TLSDir holds ca.pem,
+	// client.pem and client-key.pem for it.
+	TLSAddr string
+	TLSDir  string
+}
+
+// RabbitAddr is the RabbitMQ STOMP address the tests use: $INBOXD_TEST_RABBITMQ_ADDR,
+// else the private node's 127.0.0.1:61623.
+func RabbitAddr() string { return brokerTLSEnv("INBOXD_TEST_RABBITMQ_ADDR", "127.0.0.1:61623") }
+
+// RabbitTLSDir is where scripts/services.sh puts the RabbitMQ node's TLS material.
+func RabbitTLSDir() string {
+	return brokerTLSEnv("INBOXD_TEST_RABBITMQ_TLS_DIR", "/var/lib/inboxd-rabbitmq/tls")
+}
+
+// ActiveMQEnv describes the shared ActiveMQ (not checked).
+func ActiveMQEnv() BrokerEnv {
+	return BrokerEnv{Name: "activemq", Addr: StompAddr(),
+		TLSAddr: brokerTLSEnv("INBOXD_TEST_STOMP_TLS_ADDR", "127.0.0.1:61612"), TLSDir: BrokerTLSDir()}
+}
+
+// RabbitEnv describes the private RabbitMQ node (not checked).
+func RabbitEnv() BrokerEnv {
+	return BrokerEnv{Name: "rabbitmq", Addr: RabbitAddr(), Login: "guest", Passcode: "guest", Host: "/",
+		TLSAddr: brokerTLSEnv("INBOXD_TEST_RABBITMQ_TLS_ADDR", "127.0.0.1:61624"), TLSDir: RabbitTLSDir()}
+}
+
+// BrokerFor returns the broker a test address belongs to: RabbitMQ's for RabbitAddr()
+// or its TLS address, else ActiveMQ's. Helpers that are handed an address use it to
+// speak the right dialect.
+func BrokerFor(addr string) BrokerEnv {
+	if r := RabbitEnv(); addr == r.Addr || addr == r.TLSAddr {
+		return r
+	}
+	return ActiveMQEnv()
+}
+
+// Rabbit checks that the RabbitMQ node's STOMP listener answers and returns it; when it
+// does not, the test fails in CI and skips otherwise.
+func Rabbit(t testing.TB) BrokerEnv {
+	t.Helper()
+	r := RabbitEnv()
+	conn, err := net.DialTimeout("tcp", r.Addr, 3*time.Second)
+	if err != nil {
+		unavailable(t, "rabbitmq stomp at %s: %v (run scripts/services.sh up)", r.Addr, err)
+	}
+	conn.Close()
+	return r
+}
+
+// Brokers checks both brokers and returns them, ActiveMQ first.
+func Brokers(t testing.TB) []BrokerEnv {
+	t.Helper()
+	a := ActiveMQEnv()
+	a.Addr = Broker(t)
+	return []BrokerEnv{a, Rabbit(t)}
+}
+
+// EachBroker runs f as a subtest per broker ("activemq", "rabbitmq"); the subtests of
+// a parallel test run in parallel too.
+func EachBroker(t *testing.T, f func(t *testing.T, b BrokerEnv)) {
+	t.Helper()
+	for _, b := range Brokers(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			f(t, b)
+		})
+	}
+}
+
+// TLSFiles returns the broker's CA, client certificate and key files, checking that
+// they are readable.
+func (b BrokerEnv) TLSFiles(t testing.TB) (ca, cert, key string) {
+	t.Helper()
+	ca, cert, key = filepath.Join(b.TLSDir, "ca.pem"), filepath.Join(b.TLSDir, "client.pem"), filepath.Join(b.TLSDir, "client-key.pem")
+	for _, f := range []string{ca, cert, key} {
+		fh, err := os.Open(f)
+		if err != nil {
+			unavailable(t, "%s TLS material: %v (scripts/services.sh up generates it)", b.Name, err)
+		}
+		fh.Close()
+	}
+	conn, err := net.DialTimeout("tcp", b.TLSAddr, 3*time.Second)
+	if err != nil {
+		unavailable(t, "%s stomp+ssl at %s: %v (run scripts/services.sh up)", b.Name, b.TLSAddr, err)
+	}
+	conn.Close()
+	return ca, cert, key
+}
