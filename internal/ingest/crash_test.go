@@ -27,7 +27,7 @@ const (
 	envHelperDest = "INBOXD_INGEST_HELPER_DEST"
 	// envHelperAfter: block-after-commit blocks after this many batches committed (default 1).
 	envHelperAfter = "INBOXD_INGEST_HELPER_AFTER"
-	helperMarker  = "INBOXD-HELPER-BLOCKED"
+	helperMarker   = "INBOXD-HELPER-BLOCKED"
 )
 
 const crashBatch = 25

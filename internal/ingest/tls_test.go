@@ -38,3 +38,42 @@ func TestIngestOverTLS(t *testing.T) {
 		BatchSize: 64, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
 	r.finishExact(t, db.Pool, q, exp)
 }
+
+// Ingest over RabbitMQ's stomp+ssl listener (stomp.listeners.ssl, scripts/rabbitmq.conf):
+// the broker verified against the node's CA, a client certificate presented (the
+// listener verifies one when sent), guest's passcode as the login.
+func TestIngestOverTLSRabbitMQ(t *testing.T) {
+	r := testenv.Rabbit(t)
+	ca, cert, key := r.TLSFiles(t)
+	serverAuth, err := stompx.LoadTLS(stompx.TLSFiles{CAFile: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutual, err := stompx.LoadTLS(stompx.TLSFiles{CAFile: ca, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testenv.NewDB(t)
+	q := testenv.Queue(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bcfg := brokerCfg(r.TLSAddr)
+	bcfg.TLS = serverAuth
+	exp, err := loadgen.Publish(ctx, loadgen.Config{
+		Broker: bcfg, Destination: q, Messages: 300,
+		DuplicateRatio: 0.2, MalformedRatio: 0.05, Seed: 15, Conns: 2, ReceiptEvery: 50,
+	})
+	if err != nil {
+		t.Fatalf("publishing over TLS: %v", err)
+	}
+	rs := startSubscriber(t, Config{Addr: r.TLSAddr, TLS: mutual, Destinations: []string{q}, AckMode: AckCumulative,
+		BatchSize: 64, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
+	rs.finishExact(t, db.Pool, q, exp)
+
+	// Plaintext to the TLS listener is refused, never downgraded.
+	plain := brokerCfg(r.TLSAddr)
+	plain.HeartBeat = -1
+	if err := stompx.Reachable(ctx, plain); err == nil {
+		t.Error("a plaintext CONNECT to the stomp+ssl listener succeeded")
+	}
+}

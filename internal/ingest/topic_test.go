@@ -271,3 +271,26 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	t.Logf("published %d messages (%d unique, %d duplicates) over %d aggregates to %s; instances received %v + %v; journal exact, per-aggregate order kept",
 		sent, len(events), dups, aggregates, topic, ra, rb)
 }
+
+// TestDurableTopicAcrossRestart, on each broker: what is published to a topic while
+// inboxd is stopped is journaled once it is back. ActiveMQ keeps it for the client id
+// and subscription name; RabbitMQ for the subscription id, in the durable,
+// non-auto-delete queue that durable:true and auto-delete:false declare.
+func TestDurableTopicAcrossRestart(t *testing.T) {
+	t.Parallel()
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		db := testenv.NewDB(t)
+		topic := topicName()
+		cfg := durableConfig(b.Addr, topic)
+		r1 := startSubscriber(t, cfg, db.Pool, hooks{})
+		testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
+		live := publishPlan(t, b.Addr, topic, 150, 0.2, 0.02, 121)
+		waitExact(t, db.Pool, live, 30*time.Second)
+		r1.stop(t)
+
+		stopped := publishPlan(t, b.Addr, topic, 150, 0.2, 0.02, 122) // inboxd is stopped
+		r2 := startSubscriber(t, cfg, db.Pool, hooks{})
+		waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
+		r2.stop(t)
+	})
+}
