@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -36,10 +37,7 @@ type running struct {
 }
 
 // brokerCfg is how the tests reach the test broker at addr, in its dialect.
-func brokerCfg(addr string) stompx.Config {
-	b := testenv.BrokerFor(addr)
-	return stompx.Config{Addr: addr, Login: b.Login, Passcode: b.Passcode, Host: b.Host, Broker: stompx.Broker(b.Name)}
-}
+func brokerCfg(addr string) stompx.Config { return stomptest.Config(addr) }
 
 // withBroker fills in cfg's login, host and broker for the test broker at cfg.Addr.
 func withBroker(cfg Config) Config {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/backoff"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/loadgen"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -214,38 +215,9 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	// The consumer queue exists once subscribed: only then does the topic copy to it.
 	testenv.Eventually(t, 30*time.Second, "both subscribed", func() bool { return a.Ready() && b.Ready() })
 
-	const aggregates, perAggregate = 40, 25
-	type ev struct {
-		id, agg string
-		seq     int
-	}
-	var events []ev
-	for s := range perAggregate {
-		for g := range aggregates {
-			events = append(events, ev{id: message.NewID(), agg: fmt.Sprintf("agg-%d", g), seq: s})
-		}
-	}
-	// Every fifth event is sent again right after, as a producer retry would.
-	sent, dups := 0, 0
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	p := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
-	defer p.Close()
-	for i, e := range events {
-		body, _ := json.Marshal(map[string]any{"id": e.id, "type": "vt", "aggregateId": e.agg, "seq": e.seq})
-		h := map[string]string{"JMSXGroupID": e.agg}
-		times := 1
-		if i%5 == 0 {
-			times = 2
-		}
-		for range times {
-			if err := p.Publish(ctx, topic, body, h); err != nil {
-				t.Fatalf("publishing to %s: %v", topic, err)
-			}
-			sent++
-		}
-		dups += times - 1
-	}
+	const aggregates = 40
+	events := aggregateEvents(aggregates, 25)
+	sent, dups := publishAggregates(t, addr, topic, events)
 
 	testenv.Eventually(t, 60*time.Second, "every unique event journaled", func() bool {
 		return count(t, db.Pool, `SELECT count(*) FROM journal WHERE tag = $1`, queue) == len(events)
@@ -256,12 +228,7 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != len(events) {
 		t.Fatalf("journal holds %d rows, want exactly %d", n, len(events))
 	}
-	// Per aggregate, sequence_no order must be publish order.
-	if n := count(t, db.Pool, `SELECT count(*) FROM (
-		SELECT (payload->>'seq')::INT AS seq, lag((payload->>'seq')::INT) OVER (PARTITION BY aggregate_id ORDER BY sequence_no) AS prev
-		FROM journal) s WHERE prev IS NOT NULL AND seq <= prev`); n != 0 {
-		t.Fatalf("%d events journaled out of their aggregate's publish order", n)
-	}
+	assertAggregateOrder(t, db.Pool)
 	ra, rb := a.counter("received", queue), b.counter("received", queue)
 	if ra == 0 || rb == 0 {
 		t.Errorf("received %v and %v: both instances should have consumed", ra, rb)
@@ -293,4 +260,59 @@ func TestDurableTopicAcrossRestart(t *testing.T) {
 		waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
 		r2.stop(t)
 	})
+}
+
+// aggEvent is one event of an aggregate, seq its place in the aggregate's order.
+type aggEvent struct {
+	id, agg string
+	seq     int
+}
+
+// aggregateEvents makes perAggregate events for each of aggregates aggregates,
+// interleaved as publish order: every aggregate's first, then every second, and so on.
+func aggregateEvents(aggregates, perAggregate int) []aggEvent {
+	var events []aggEvent
+	for s := range perAggregate {
+		for g := range aggregates {
+			events = append(events, aggEvent{id: message.NewID(), agg: fmt.Sprintf("agg-%d", g), seq: s})
+		}
+	}
+	return events
+}
+
+// publishAggregates publishes events in order on one connection, with JMSXGroupID set
+// to the aggregate, every fifth sent again right after, as a producer retry would. It
+// returns the messages sent and the duplicates among them.
+func publishAggregates(t *testing.T, addr, dest string, events []aggEvent) (sent, dups int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := stompx.NewPublisher(brokerCfg(addr), 1) // one connection: the broker keeps its order
+	defer p.Close()
+	for i, e := range events {
+		body, _ := json.Marshal(map[string]any{"id": e.id, "type": "vt", "aggregateId": e.agg, "seq": e.seq})
+		h := map[string]string{"JMSXGroupID": e.agg}
+		times := 1
+		if i%5 == 0 {
+			times = 2
+		}
+		for range times {
+			if err := p.Publish(ctx, dest, body, h); err != nil {
+				t.Fatalf("publishing to %s: %v", dest, err)
+			}
+			sent++
+		}
+		dups += times - 1
+	}
+	return sent, dups
+}
+
+// assertAggregateOrder checks that per aggregate, sequence_no order is publish order.
+func assertAggregateOrder(t *testing.T, db database.DB) {
+	t.Helper()
+	if n := count(t, db, `SELECT count(*) FROM (
+		SELECT (payload->>'seq')::INT AS seq, lag((payload->>'seq')::INT) OVER (PARTITION BY aggregate_id ORDER BY sequence_no) AS prev
+		FROM journal) s WHERE prev IS NOT NULL AND seq <= prev`); n != 0 {
+		t.Fatalf("%d events journaled out of their aggregate's publish order", n)
+	}
 }

@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,4 +108,57 @@ func (b BrokerEnv) TLSFiles(t testing.TB) (ca, cert, key string) {
 	}
 	conn.Close()
 	return ca, cert, key
+}
+
+// RabbitBase is the private RabbitMQ node's directory (its HOME, with the Erlang
+// cookie rabbitmqctl needs): $INBOXD_TEST_RABBITMQ_BASE, else /var/lib/inboxd-rabbitmq.
+func RabbitBase() string { return brokerTLSEnv("INBOXD_TEST_RABBITMQ_BASE", "/var/lib/inboxd-rabbitmq") }
+
+// rabbitmqctl runs the CLI against the private node.
+func rabbitmqctl(t testing.TB, args ...string) string {
+	t.Helper()
+	const ctl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+	if _, err := os.Stat(ctl); err != nil {
+		unavailable(t, "rabbitmqctl: %v (scripts/services.sh up installs rabbitmq-server)", err)
+	}
+	cmd := exec.Command(ctl, append([]string{"-n", "inboxd-rabbit@localhost", "-q"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+RabbitBase())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		unavailable(t, "rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// DeclareRabbitQueue declares a durable queue with arguments (for example
+// x-single-active-consumer, which the STOMP plugin cannot declare) on the RabbitMQ
+// node's virtual host /, as an operator would, by importing definitions, and waits
+// until it exists. STOMP clients reach it as /amq/queue/<name>.
+func DeclareRabbitQueue(t testing.TB, name string, args map[string]any) {
+	t.Helper()
+	defs, err := json.Marshal(map[string]any{"queues": []map[string]any{{
+		"name": name, "vhost": "/", "durable": true, "auto_delete": false, "arguments": args}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "definitions.json")
+	if err := os.WriteFile(f, defs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "import_definitions", f)
+	// The import is asynchronous.
+	Eventually(t, 30*time.Second, "queue "+name+" declared", func() bool {
+		for _, l := range strings.Split(rabbitmqctl(t, "list_queues", "name"), "\n") {
+			if strings.TrimSpace(l) == name {
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() {
+		// Best effort: a leftover queue holds nothing once the test drained it.
+		cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", "inboxd-rabbit@localhost", "-q", "delete_queue", name)
+		cmd.Env = append(os.Environ(), "HOME="+RabbitBase())
+		_ = cmd.Run()
+	})
 }
