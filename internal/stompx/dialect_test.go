@@ -2,6 +2,7 @@ package stompx
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,75 @@ func TestRabbitMQSemantics(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("nothing redelivered")
+	}
+}
+
+// TestRabbitMQDurableSubscription: a durable topic subscription (durable:true,
+// auto-delete:false, a stable id) keeps what is published while nothing is attached,
+// and RemoveDurable deletes it with what it held.
+func TestRabbitMQDurableSubscription(t *testing.T) {
+	r := testenv.Rabbit(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Addr: r.Addr, Login: r.Login, Passcode: r.Passcode, Broker: BrokerRabbitMQ, ClientID: "inboxd-test-" + testenv.Suffix()}
+	topic := "/topic/inboxd-test.durable." + testenv.Suffix()
+	dur := Durable{ClientID: cfg.ClientID, Name: "inboxd"}
+	attach := func() (*Conn, *stomp.Subscription) {
+		t.Helper()
+		c, err := DialConn(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := c.Subscribe(topic, stomp.AckClientIndividual, c.Dialect.SubscribeHeaders(10, &dur)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A receipt for a later frame proves the SUBSCRIBE (and its queue) happened.
+		tx, err := c.BeginWithError()
+		if err == nil {
+			err = tx.AbortWithReceipt()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, sub
+	}
+	c, _ := attach()
+	_ = c.Close() // detached: the subscription stays
+	p := NewPublisher(cfg, 1)
+	defer p.Close()
+	for i := range 3 {
+		if err := p.Publish(ctx, topic, []byte{byte('0' + i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, sub := attach()
+	for i := range 3 {
+		select {
+		case m := <-sub.C:
+			if m.Err != nil {
+				t.Fatal(m.Err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 3 messages published while detached arrived", i)
+		}
+	}
+	c.Abort() // nothing acked: the three stay the subscription's
+
+	if err := RemoveDurable(ctx, cfg, dur.Name, topic); err != nil {
+		t.Fatalf("RemoveDurable: %v", err)
+	}
+	c, sub = attach() // a new, empty subscription of the same id
+	select {
+	case m := <-sub.C:
+		t.Fatalf("after RemoveDurable, a message (%q) was still held", m.Body)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_ = c.Close()
+	if err := RemoveDurable(ctx, cfg, dur.Name, topic); err != nil {
+		t.Errorf("removing the test's subscription: %v", err)
+	}
+	if inUse, err := ClientIDInUse(ctx, cfg); !errors.Is(err, ErrNoClientIDs) || inUse {
+		t.Errorf("ClientIDInUse on RabbitMQ = %v, %v; want ErrNoClientIDs", inUse, err)
 	}
 }
