@@ -136,8 +136,13 @@ rabbitmq_env() {
   export HOME="$RMQ_BASE" RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_CONFIG_FILE="$RMQ_BASE/rabbitmq" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_BASE/enabled_plugins" RABBITMQ_MNESIA_BASE="$RMQ_BASE/mnesia" \
     RABBITMQ_LOG_BASE="$RMQ_BASE/log" RABBITMQ_DIST_PORT="$RMQ_DIST_PORT" RABBITMQ_PID_FILE="$RMQ_BASE/pid" \
-    RABBITMQ_CONF_ENV_FILE="$RMQ_BASE/rabbitmq-env.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_BASE/advanced.config"
+    RABBITMQ_CONF_ENV_FILE="$RMQ_BASE/rabbitmq-env.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_BASE/advanced.config" \
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" # distribution on loopback only
 }
+
+# The private node's Erlang VM: the one whose home is $RMQ_BASE (the system node's is
+# /var/lib/rabbitmq), so that nothing here ever matches the system RabbitMQ.
+rabbitmq_pids() { pgrep -f -- "beam.smp .* -home $RMQ_BASE -- "; }
 
 # STOMP answers when a CONNECT as guest to the virtual host / gets CONNECTED.
 rabbitmq_stomp_ok() {
@@ -188,7 +193,7 @@ rabbitmq_up() {
     # The package starts a system node where systemd runs; that one is left alone.
   fi
   command -v openssl >/dev/null || apt_install openssl
-  if pgrep -f -- "-sname $RMQ_NODE" >/dev/null || pgrep -f -- "$RMQ_BASE/mnesia" >/dev/null; then
+  if rabbitmq_pids >/dev/null; then
     log "rabbitmq node $RMQ_NODE is running but STOMP does not answer yet; waiting"
   else
     mkdir -p "$RMQ_BASE/mnesia" "$RMQ_BASE/log"
@@ -223,11 +228,11 @@ rabbitmq_up() {
 
 # Stops the private node only, by its node name and cookie; the system node is not touched.
 rabbitmq_down() {
-  if ! pgrep -f -- "$RMQ_BASE/mnesia" >/dev/null; then log "rabbitmq node $RMQ_NODE not running"; return; fi
+  if ! rabbitmq_pids >/dev/null; then log "rabbitmq node $RMQ_NODE not running"; return; fi
   log "stopping rabbitmq node $RMQ_NODE"
   (rabbitmq_env; /usr/lib/rabbitmq/bin/rabbitmqctl -n "$RMQ_NODE" stop >/dev/null 2>&1) || true
   local deadline=$((SECONDS + 30)) pids
-  while pids=$(pgrep -f -- "$RMQ_BASE/mnesia"); do
+  while pids=$(rabbitmq_pids); do
     if ((SECONDS >= deadline)); then kill -9 $pids 2>/dev/null || true; break; fi
     sleep 0.5
   done

@@ -58,48 +58,56 @@ func (g *gate) hook(context.Context, string) {
 }
 
 // TestTopicEventsSurviveDowntime is the issue's finding: events published to a topic
-// while inboxd is stopped, and while it reconnects after a broker restart, must all be
-// journaled. A non-durable subscription (opted in) shows the loss the durable one avoids.
+// while inboxd is stopped, and while it reconnects after a broker restart (kill -9),
+// must all be journaled, on ActiveMQ and on RabbitMQ. A non-durable subscription (opted in) shows the loss the durable one avoids.
 func TestTopicEventsSurviveDowntime(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a private ActiveMQ twice")
+		t.Skip("starts a private broker twice")
 	}
 	t.Parallel()
-	broker := testenv.StartPrivateBroker(t)
-	db := testenv.NewDB(t)
-	topic := topicName()
-	cfg := durableConfig(broker.Addr, topic)
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) *testenv.PrivateBroker
+	}{{"activemq", testenv.StartPrivateBroker}, {"rabbitmq", testenv.StartPrivateRabbit}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broker := tc.start(t)
+			db := testenv.NewDB(t)
+			topic := topicName()
+			cfg := durableConfig(broker.Addr, topic)
 
-	r1 := startSubscriber(t, cfg, db.Pool, hooks{})
-	testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
-	live := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 101)
-	waitExact(t, db.Pool, live, 30*time.Second)
-	r1.stop(t)
+			r1 := startSubscriber(t, cfg, db.Pool, hooks{})
+			testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
+			live := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 101)
+			waitExact(t, db.Pool, live, 30*time.Second)
+			r1.stop(t)
 
-	stopped := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 102) // inboxd is stopped
-	g := newGate()
-	r2 := startSubscriber(t, cfg, db.Pool, hooks{beforeSubscribe: g.hook})
-	waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
+			stopped := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 102) // inboxd is stopped
+			g := newGate()
+			r2 := startSubscriber(t, cfg, db.Pool, hooks{beforeSubscribe: g.hook})
+			waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
 
-	g.armed.Store(true)
-	broker.Kill()
-	testenv.Eventually(t, 30*time.Second, "subscriber notices the dead broker", func() bool { return !r2.Ready() })
-	broker.Start()
-	select {
-	case <-g.reached:
-	case <-time.After(60 * time.Second):
-		t.Fatal("subscriber did not reconnect to the restarted broker")
+			g.armed.Store(true)
+			broker.Kill()
+			testenv.Eventually(t, 30*time.Second, "subscriber notices the dead broker", func() bool { return !r2.Ready() })
+			broker.Start()
+			select {
+			case <-g.reached:
+			case <-time.After(60 * time.Second):
+				t.Fatal("subscriber did not reconnect to the restarted broker")
+			}
+			// Connected with its client id, not subscribed yet: a non-durable subscriber would
+			// not exist on the broker now.
+			reconnecting := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 103)
+			close(g.release)
+			all := merge(live, stopped, reconnecting)
+			waitExact(t, db.Pool, all, 60*time.Second)
+			r2.stop(t)
+			t.Logf("journaled %d unique events of %d published (%d duplicates, %d malformed quarantined): "+
+				"%d while running, %d while stopped, %d while reconnecting after a broker restart",
+				len(all.IDs), all.Sent, all.Duplicates, all.MalformedCount(), live.Sent, stopped.Sent, reconnecting.Sent)
+		})
 	}
-	// Connected with its client id, not subscribed yet: a non-durable subscriber would
-	// not exist on the broker now.
-	reconnecting := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 103)
-	close(g.release)
-	all := merge(live, stopped, reconnecting)
-	waitExact(t, db.Pool, all, 60*time.Second)
-	r2.stop(t)
-	t.Logf("journaled %d unique events of %d published (%d duplicates, %d malformed quarantined): "+
-		"%d while running, %d while stopped, %d while reconnecting after a broker restart",
-		len(all.IDs), all.Sent, all.Duplicates, all.MalformedCount(), live.Sent, stopped.Sent, reconnecting.Sent)
 }
 
 // TestNonDurableTopicLosesEvents reproduces the issue with the explicit opt-in: what is

@@ -47,12 +47,15 @@ func RabbitEnv() BrokerEnv {
 		TLSAddr: brokerTLSEnv("INBOXD_TEST_RABBITMQ_TLS_ADDR", "127.0.0.1:61624"), TLSDir: RabbitTLSDir()}
 }
 
-// BrokerFor returns the broker a test address belongs to: RabbitMQ's for RabbitAddr()
-// or its TLS address, else ActiveMQ's. Helpers that are handed an address use it to
+// BrokerFor returns the broker a test address belongs to: RabbitMQ's for RabbitAddr(),
+// its TLS address or a StartPrivateRabbit node, else ActiveMQ's. Helpers that are handed an address use it to
 // speak the right dialect.
 func BrokerFor(addr string) BrokerEnv {
 	if r := RabbitEnv(); addr == r.Addr || addr == r.TLSAddr {
 		return r
+	}
+	if r, ok := privateRabbits.Load(addr); ok {
+		return r.(BrokerEnv)
 	}
 	return ActiveMQEnv()
 }
@@ -112,7 +115,9 @@ func (b BrokerEnv) TLSFiles(t testing.TB) (ca, cert, key string) {
 
 // RabbitBase is the private RabbitMQ node's directory (its HOME, with the Erlang
 // cookie rabbitmqctl needs): $INBOXD_TEST_RABBITMQ_BASE, else /var/lib/inboxd-rabbitmq.
-func RabbitBase() string { return brokerTLSEnv("INBOXD_TEST_RABBITMQ_BASE", "/var/lib/inboxd-rabbitmq") }
+func RabbitBase() string {
+	return brokerTLSEnv("INBOXD_TEST_RABBITMQ_BASE", "/var/lib/inboxd-rabbitmq")
+}
 
 // rabbitmqctl runs the CLI against the private node.
 func rabbitmqctl(t testing.TB, args ...string) string {
