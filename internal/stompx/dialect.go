@@ -132,8 +132,11 @@ func (d Dialect) ExclusiveClientID() bool { return d.Broker() != BrokerRabbitMQ 
 // GroupsMessages reports whether the broker pins a message group (JMSXGroupID) to one
 // consumer, which keeps one aggregate's order across competing instances. ActiveMQ
 // does; RabbitMQ has no message groups: there the order across instances holds only
-// for a queue declared with x-single-active-consumer (see the README's RabbitMQ
-// section).
+// for a queue declared with x-single-active-consumer, which delivers to one consumer
+// at a time and fails over to another (https://www.rabbitmq.com/docs/consumers,
+// "Single Active Consumer"). The STOMP plugin cannot declare that argument (3.10's
+// rabbit_stomp_headers.hrl lists the x- headers it passes on), nor can a policy set
+// it: the queue is declared outside STOMP and consumed as /amq/queue/<name>.
 func (d Dialect) GroupsMessages() bool { return d.Broker() != BrokerRabbitMQ }
 
 // MessageIDIsStable reports whether the MESSAGE frame's message-id header stays the same
