@@ -425,22 +425,15 @@ func TestRender(t *testing.T) {
 	}
 }
 
-// TestBenchRabbitMQDrainRows runs the drain rows against the RabbitMQ node
-// (-broker rabbitmq): each row checks its journal, and the ratios are against
-// RabbitMQ's own bare drain.
-func TestBenchRabbitMQDrainRows(t *testing.T) {
-	r := testenv.Rabbit(t)
-	testenv.NewDB(t)
-	if testing.Short() {
-		t.Skip("integration test")
-	}
+// runMain runs Main with args and a results directory of the test's own, and returns
+// the report it wrote and its stdout.
+func runMain(t *testing.T, args ...string) (*Report, string) {
+	t.Helper()
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := Main(ctx, []string{"-broker=rabbitmq", "-stomp-addr=" + r.Addr, "-n=300", "-reps=1", "-rows=broker,naive,ingest",
-		"-warmup-broker=0", "-out=" + dir, "-admin-url=" + testenv.AdminURL()}, &stdout, &stderr)
-	if err != nil {
+	if err := Main(ctx, append(args, "-out="+dir), &stdout, &stderr); err != nil {
 		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	b, err := os.ReadFile(dir + "/results.json")
@@ -451,8 +444,22 @@ func TestBenchRabbitMQDrainRows(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	return &rep, stdout.String()
+}
+
+// TestBenchRabbitMQDrainRows runs the drain rows against the RabbitMQ node
+// (-broker rabbitmq): each row checks its journal, and the ratios are against
+// RabbitMQ's own bare drain.
+func TestBenchRabbitMQDrainRows(t *testing.T) {
+	r := testenv.Rabbit(t)
+	testenv.NewDB(t)
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	rep, stdout := runMain(t, "-broker=rabbitmq", "-stomp-addr="+r.Addr, "-n=300", "-reps=1", "-rows=broker,naive,ingest",
+		"-warmup-broker=0", "-admin-url="+testenv.AdminURL())
 	if len(rep.Summaries) != 3 {
-		t.Fatalf("got %d rows, want 3:\n%s", len(rep.Summaries), stdout.String())
+		t.Fatalf("got %d rows, want 3:\n%s", len(rep.Summaries), stdout)
 	}
 	for _, s := range rep.Summaries {
 		if !s.OK || s.MsgPerSec <= 0 || (s.Row == rowBroker && s.VsBroker != 1) {
@@ -475,29 +482,13 @@ func TestBenchSmall(t *testing.T) {
 			rows = append(rows, r)
 		}
 	}
-	dir := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := Main(ctx, []string{"-n=300", "-reps=1", "-rows=" + strings.Join(rows, ","), "-out=" + dir,
+	rep, stdout := runMain(t, "-n=300", "-reps=1", "-rows="+strings.Join(rows, ","),
 		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-backlog=0,500", "-backlog-fresh=100", "-journal-size=2000",
-		"-admin-url=" + testenv.AdminURL(), "-stomp-addr=" + testenv.StompAddr()},
-		&stdout, &stderr)
-	if err != nil {
-		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	b, err := os.ReadFile(dir + "/results.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+		"-admin-url="+testenv.AdminURL(), "-stomp-addr="+testenv.StompAddr())
 	// e2e-sweeper runs at -rate and at -rate-high, journal-size for ingest and e2e-max,
 	// backlog at both levels.
 	if len(rep.Summaries) != len(rows)+3 {
-		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+3, stdout.String())
+		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+3, stdout)
 	}
 	for _, s := range rep.Summaries {
 		if !s.OK || s.MsgPerSec <= 0 || s.PeakRSSBytes <= 0 || s.CPUPer10k <= 0 {
