@@ -2,9 +2,12 @@ package ingest
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -60,4 +63,29 @@ func TestRabbitMQSingleActiveConsumerKeepsOrder(t *testing.T) {
 	standby.stop(t)
 	t.Logf("published %d messages (%d unique, %d duplicates); the active instance received %v, then the standby %v; per-aggregate order kept",
 		sent1+sent2, len(events), dups1+dups2, active.counter("received", dest), standby.counter("received", dest))
+}
+
+// TestRabbitMQDialectNotes: on RabbitMQ, id-source header:message-id is warned about
+// (the header changes on redelivery), and a queue's missing message groups are noted,
+// once per destination.
+func TestRabbitMQDialectNotes(t *testing.T) {
+	t.Parallel()
+	r := testenv.Rabbit(t)
+	db := testenv.NewDB(t)
+	q := testenv.Queue(t)
+	src, err := message.ParseIDSource("header:message-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.Buffer
+	rs := startSubscriber(t, Config{Addr: r.Addr, Destinations: []string{q}, IDSource: src,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, db.Pool, hooks{})
+	testenv.Eventually(t, 30*time.Second, "subscribed", rs.Ready)
+	rs.stop(t)
+	out := logs.String()
+	for _, want := range []string{"changes on redelivery", "has no message groups"} {
+		if strings.Count(out, want) != 1 {
+			t.Errorf("logs say %q %d times, want once:\n%s", want, strings.Count(out, want), out)
+		}
+	}
 }

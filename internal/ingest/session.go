@@ -161,6 +161,7 @@ const (
 func (se *session) run(ctx context.Context) (bool, error) {
 	se.log.Info("subscribed", "broker", se.conn.Dialect.String(), "ack", string(se.cfg.AckMode), "prefetch", se.prefetch, "batch", se.cfg.BatchSize,
 		"durable", se.durable)
+	se.noteDialect()
 	go (&committer{session: se, writeFailed: make(chan struct{})}).run(ctx)
 	go (&acker{session: se}).run()
 	why, cur := (&batcher{session: se}).run(ctx)
