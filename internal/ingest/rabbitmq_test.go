@@ -89,3 +89,30 @@ func TestRabbitMQDialectNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestRabbitMQSingleActiveConsumerKill: the active instance is killed (kill -9) with a
+// committed batch unacked; RabbitMQ requeues what it held, in its place, and the next
+// instance journals the rest exactly and in every aggregate's publish order.
+func TestRabbitMQSingleActiveConsumerKill(t *testing.T) {
+	t.Parallel()
+	r := testenv.Rabbit(t)
+	db := testenv.NewDB(t)
+	name := "inboxd-test.sac-kill." + testenv.Suffix()
+	testenv.DeclareRabbitQueue(t, name, map[string]any{"x-single-active-consumer": true})
+	dest := "/amq/queue/" + name
+	events := aggregateEvents(41, 25)
+	publishAggregates(t, r.Addr, dest, events)
+
+	runAndKill(t, "block-after-commit", db.URL, r.Addr, dest, envHelperAfter+"=10")
+	mid := count(t, db.Pool, `SELECT count(*) FROM journal`)
+	if mid == 0 || mid >= len(events) {
+		t.Fatalf("after the kill, %d events are journaled; want a part of the stream", mid)
+	}
+	next := startSubscriber(t, Config{Addr: r.Addr, Destinations: []string{dest}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
+	testenv.Eventually(t, 60*time.Second, "every unique event journaled", func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM journal`) == len(events)
+	})
+	next.stop(t)
+	assertAggregateOrder(t, db.Pool)
+	assertDrained(t, r.Addr, dest)
+}
