@@ -8,51 +8,6 @@ import (
 	"testing"
 )
 
-// Issue 28, item 6: the read token had no _FILE variant, unlike every other secret.
-func TestReadTokenFile(t *testing.T) {
-	tests := []struct {
-		name    string
-		env     func(t *testing.T) map[string]string
-		args    func(t *testing.T) []string
-		wantErr []string
-	}{
-		{name: "env",
-			env: func(t *testing.T) map[string]string {
-				return map[string]string{"INBOXD_READ_TOKEN_FILE": secretFile(t, "r34d\n", 0o600)}
-			}},
-		{name: "flag",
-			args: func(t *testing.T) []string { return []string{"-read-token-file", secretFile(t, "r34d", 0o400)} }},
-		{name: "world-readable refused",
-			env: func(t *testing.T) map[string]string {
-				return map[string]string{"INBOXD_READ_TOKEN_FILE": secretFile(t, "r34d", 0o644)}
-			},
-			wantErr: []string{"read-token-file", "readable by every user"}},
-		{name: "both value and file",
-			env: func(t *testing.T) map[string]string {
-				return map[string]string{"INBOXD_READ_TOKEN": "x", "INBOXD_READ_TOKEN_FILE": secretFile(t, "y", 0o600)}
-			},
-			wantErr: []string{"read-token and read-token-file are both set"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var env map[string]string
-			var args []string
-			if tt.env != nil {
-				env = tt.env(t)
-			}
-			if tt.args != nil {
-				args = tt.args(t)
-			}
-			c, err := parse(t, env, args...)
-			checkParsed(t, c, err, tt.wantErr, func(t *testing.T, c *Config) {
-				if c.ReadToken != "r34d" {
-					t.Errorf("read token = %q, want r34d", c.ReadToken)
-				}
-			})
-		})
-	}
-}
-
 // Issue 28, item 6: -read-token on the command line gave no warning, while
 // -admin-token did; every local user reads it in ps.
 func TestReadTokenOnCommandLineWarned(t *testing.T) {
