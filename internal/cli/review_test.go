@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -170,5 +172,32 @@ func TestSubscriptionsUseDatabasePasswordFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Issue 28, item 1: one command built its own broker config and pool. Every command
+// reaches the broker through cfg.Stomp (stompx.DialConn with the TLS settings) and the
+// database through openPool or cfg.ConnConfig (the password file): no other.
+func TestCommandsUseTheConfiguredConnections(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, own := range []string{"stompx.Config{", "pgxpool.New(", "pgx.Connect(", "stomp.Dial"} {
+			if bytes.Contains(src, []byte(own)) {
+				t.Errorf("%s builds its own connection (%s): use cfg.Stomp and openPool", f, own)
+			}
+		}
+		if f != "database.go" && bytes.Contains(src, []byte("pgxpool.NewWithConfig(")) {
+			t.Errorf("%s opens a pool of its own: use openPool", f)
+		}
 	}
 }
