@@ -92,7 +92,6 @@ func backends(t *testing.T, db *testenv.DB, app string) int {
 // Several topics, some subscribed before Run and one while it runs, share one
 // connection; each handler hears its own topic only, and Resumed once it is listened to.
 func TestTopicsShareOneConnection(t *testing.T) {
-	t.Parallel()
 	db, n, app := setup(t, nil)
 	var a, b, c recorder
 	n.Listen("topic_a", a.handle)
@@ -140,7 +139,6 @@ func TestTopicsShareOneConnection(t *testing.T) {
 // Every subscriber hears Resumed on the new connection (its catch-up signal), and
 // notifications flow again.
 func TestReconnectAfterOutage(t *testing.T) {
-	t.Parallel()
 	var logs testenv.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	db, n, app := setup(t, log)
@@ -236,7 +234,6 @@ func TestBoundedShutdown(t *testing.T) {
 
 // One Run at a time: a second one would open a second connection.
 func TestRunTwice(t *testing.T) {
-	t.Parallel()
 	_, n, _ := setup(t, nil)
 	var a recorder
 	n.Listen("topic_a", a.handle)
@@ -250,7 +247,6 @@ func TestRunTwice(t *testing.T) {
 // A quiet connection is pinged, its wait interrupted by a deadline: the connection stays
 // usable, with no reconnect (one Resumed) and nothing lost.
 func TestQuietConnectionPinged(t *testing.T) {
-	t.Parallel()
 	notifier.SetPingAfter(t, 20*time.Millisecond)
 	db, n, app := setup(t, nil)
 	var a recorder
