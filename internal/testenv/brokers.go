@@ -64,6 +64,7 @@ func BrokerFor(addr string) BrokerEnv {
 // does not, the test fails in CI and skips otherwise.
 func Rabbit(t testing.TB) BrokerEnv {
 	t.Helper()
+	Integration(t)
 	r := RabbitEnv()
 	conn, err := net.DialTimeout("tcp", r.Addr, 3*time.Second)
 	if err != nil {
@@ -97,6 +98,7 @@ func EachBroker(t *testing.T, f func(t *testing.T, b BrokerEnv)) {
 // they are readable.
 func (b BrokerEnv) TLSFiles(t testing.TB) (ca, cert, key string) {
 	t.Helper()
+	Integration(t)
 	ca, cert, key = filepath.Join(b.TLSDir, "ca.pem"), filepath.Join(b.TLSDir, "client.pem"), filepath.Join(b.TLSDir, "client-key.pem")
 	for _, f := range []string{ca, cert, key} {
 		fh, err := os.Open(f)
@@ -141,6 +143,7 @@ func rabbitmqctl(t testing.TB, args ...string) string {
 // until it exists. STOMP clients reach it as /amq/queue/<name>.
 func DeclareRabbitQueue(t testing.TB, name string, args map[string]any) {
 	t.Helper()
+	Integration(t)
 	defs, err := json.Marshal(map[string]any{"queues": []map[string]any{{
 		"name": name, "vhost": "/", "durable": true, "auto_delete": false, "arguments": args}}})
 	if err != nil {

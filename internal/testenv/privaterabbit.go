@@ -24,6 +24,7 @@ const rabbitServer = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 // or fails in CI.
 func StartPrivateRabbit(t testing.TB) *PrivateBroker {
 	t.Helper()
+	Integration(t)
 	if _, err := os.Stat(rabbitServer); err != nil {
 		unavailable(t, "rabbitmq-server is not installed: %v (scripts/services.sh up installs it)", err)
 	}
