@@ -326,19 +326,28 @@ func TestKnobsRoundTrip(t *testing.T) {
 func sampleReport() *Report {
 	lat := &Latency{Count: 3000, P50: 110, P95: 190, P99: 240, Max: 400}
 	ms := []Measurement{
-		{Row: rowBroker, Config: "auto", N: 100, Rep: 1, MsgPerSec: 10000, CPUPer10k: 0.1, PeakRSSBytes: 10 << 20, OK: true, Check: "ok"},
+		{Row: rowBroker, Config: "auto", N: 100, Rep: 1, MsgPerSec: 10000, CPUPer10k: 0.1, PeakRSSBytes: 10 << 20, OK: true, Check: "ok", Load: 0.5, Calibration: 1.25},
 		{Row: rowNaive, Config: "naive", N: 100, Rep: 1, MsgPerSec: 2000, CPUPer10k: 1, PeakRSSBytes: 12 << 20, OK: true, Check: "ok"},
 		{Row: rowIngest, Config: "batch=500 <&>", N: 100, Rep: 1, MsgPerSec: 9000, CPUPer10k: 0.5, PeakRSSBytes: 20 << 20, OK: true, Check: "ok"},
-		{Row: rowBroker, Config: "auto", N: 100, Rep: 2, MsgPerSec: 12000, CPUPer10k: 0.1, PeakRSSBytes: 11 << 20, OK: true, Check: "ok"},
+		{Row: rowBroker, Config: "auto", N: 100, Rep: 2, MsgPerSec: 12000, CPUPer10k: 0.1, PeakRSSBytes: 11 << 20, OK: true, Check: "ok", Load: 1.75, Calibration: 2.5},
 		{Row: rowNaive, Config: "naive", N: 100, Rep: 2, MsgPerSec: 3000, CPUPer10k: 1, PeakRSSBytes: 12 << 20, OK: true, Check: "ok"},
 		{Row: rowIngest, Config: "batch=500 <&>", N: 100, Rep: 2, MsgPerSec: 10800, CPUPer10k: 0.7, PeakRSSBytes: 25 << 20, OK: false, Check: "journal=1"},
 		{Row: rowE2ESweeper, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: 1000, Latency: lat, OK: true, Check: "ok"},
 		{Row: rowE2EWebhook, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: math.NaN(), OK: true, Check: "ok",
 			Latency: &Latency{P50: math.NaN(), P95: math.NaN(), P99: math.NaN(), Max: math.NaN()}},
 	}
-	rep := &Report{Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Host: Host{CPUs: 2}, Settings: map[string]any{"reps": 2}, Measurements: ms}
+	rep := &Report{Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Host: Host{CPUs: 2, CalibrationBefore: 1.11, CalibrationAfter: 2.22}, Settings: map[string]any{"reps": 2}, Measurements: ms}
 	rep.Summaries = summarizeAll(ms)
 	return rep
+}
+
+func TestCalibrate(t *testing.T) {
+	// A sample is scaled to the header's 300 MiB: on any machine, hashing 30 MiB and
+	// scaling takes about as long as the whole would, far from the 10× of an unscaled one.
+	whole, sample := calibrate(0), calibrate(rowCalibrationMiB)
+	if whole <= 0 || sample <= 0 || sample > 4*whole || whole > 4*sample {
+		t.Errorf("calibrate(0) = %.3f s, calibrate(%d) = %.3f s: not on one scale", whole, rowCalibrationMiB, sample)
+	}
 }
 
 func TestSummarizeAll(t *testing.T) {
@@ -366,7 +375,10 @@ func TestRender(t *testing.T) {
 	if err := writeTable(&table, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"vs broker", "0.90×", "4.05×", "110 / 190 / 240", "rep 2: journal=1"} {
+	// The machine's conditions: the calibration before and after in the caption, and
+	// each row's load and calibration span over its repetitions.
+	for _, want := range []string{"vs broker", "0.90×", "4.05×", "110 / 190 / 240", "rep 2: journal=1",
+		"calibration 1.11 → 2.22 s", "0.50–1.75", "1.25–2.50"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

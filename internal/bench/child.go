@@ -22,6 +22,8 @@ type childOutcome struct {
 	HostCPU time.Duration // busy CPU of the whole machine while the child ran
 	// ServiceCPU is what the broker and the database spent while the child ran.
 	ServiceCPU map[string]time.Duration
+	// Conditions are the load and calibration just before the child started.
+	Conditions conditions
 }
 
 // reexec returns the program and leading arguments that run RowMain: this binary's
@@ -55,6 +57,7 @@ func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx 
 	stderr := &tailBuffer{max: 8 << 10}
 	cmd.Stderr = stderr
 
+	out.Conditions = measureConditions()
 	cpu0, svc0 := hostCPU(), serviceCPU(pids)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -280,11 +280,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Settings: o.settings(),
 	}
 	r := &runner{o: o, log: stderr}
+	r.logf("CPU calibration: %.2f s to SHA-256 %d MiB on one core (lower is faster); load %.2f", rep.Host.CalibrationBefore, calibrationMiB, rep.Host.LoadBefore)
 	started := time.Now()
 	runErr := r.run(ctx, rep)
 	rep.Finished = time.Now().UTC()
 	rep.Seconds = time.Since(started).Seconds()
-	rep.Host.LoadAfter = loadAvg()
+	rep.Host.LoadAfter, rep.Host.CalibrationAfter = loadAvg(), calibrate(0)
 	rep.Summaries = summarizeAll(rep.Measurements)
 	if len(rep.Measurements) > 0 {
 		if err := writeTable(stdout, rep); err != nil {
@@ -316,7 +317,8 @@ func (o *options) settings() map[string]any {
 }
 
 func hostInfo() Host {
-	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadBefore: loadAvg()}
+	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		LoadBefore: loadAvg(), CalibrationBefore: calibrate(0)}
 	h.Name, _ = os.Hostname()
 	return h
 }

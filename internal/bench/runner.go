@@ -213,14 +213,15 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	}
 	m.fill(out, n)
 	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
-	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB, check %s %s",
-		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s %s",
+		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
 }
 
 // fill records a child's outcome over n messages.
 func (m *Measurement) fill(out childOutcome, n int) {
 	m.Note = out.Result.Note
+	m.Load, m.Calibration = out.Conditions.Load, out.Conditions.Calibration
 	m.DrainSeconds = out.Result.DrainSeconds
 	m.WallSeconds = out.Wall.Seconds()
 	if m.DrainSeconds > 0 {
@@ -403,8 +404,8 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	default:
 		m.Check, m.OK = fmt.Sprintf("ok (processed=%d)", counts.Journal), true
 	}
-	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, peak RSS %.1f MiB, check %s; %s",
-		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, host %.2f, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s; %s",
+		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, m.HostCPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
 }
 
