@@ -281,6 +281,12 @@ func TestParseOptions(t *testing.T) {
 			}
 		}, false},
 		{"bad backlog", []string{"-backlog=-1"}, nil, true},
+		{"river rows need their binary", []string{"-rows=river", "-river-bin=/nonexistent/inboxd-river"}, nil, true},
+		{"river rows by default when the binary exists", []string{"-river-bin=" + os.Args[0]}, func(t *testing.T, o *options) {
+			if !contains(o.Rows, rowRiver) || !contains(o.Rows, rowRiverIngest) || o.River.Workers != 200 || o.River.FetchCooldown != 10*time.Millisecond {
+				t.Errorf("rows %v, river %+v", o.Rows, o.River)
+			}
+		}, false},
 		{"unknown row", []string{"-rows=broker,nope"}, nil, true},
 		{"bad ack mode", []string{"-ack-mode=auto"}, nil, true},
 		{"bad n", []string{"-n=0"}, nil, true},
@@ -332,6 +338,8 @@ func sampleReport() *Report {
 		{Row: rowBroker, Config: "auto", N: 100, Rep: 2, MsgPerSec: 12000, CPUPer10k: 0.1, PeakRSSBytes: 11 << 20, OK: true, Check: "ok", Load: 1.75, Calibration: 2.5},
 		{Row: rowNaive, Config: "naive", N: 100, Rep: 2, MsgPerSec: 3000, CPUPer10k: 1, PeakRSSBytes: 12 << 20, OK: true, Check: "ok"},
 		{Row: rowIngest, Config: "batch=500 <&>", N: 100, Rep: 2, MsgPerSec: 10800, CPUPer10k: 0.7, PeakRSSBytes: 25 << 20, OK: false, Check: "journal=1"},
+		{Row: rowRiverIngest, Config: "river", N: 100, Rep: 1, MsgPerSec: 6000, OK: true, Check: "ok"},
+		{Row: rowRiverIngest, Config: "river", N: 100, Rep: 2, MsgPerSec: 9000, OK: true, Check: "ok"},
 		{Row: rowE2ESweeper, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: 1000, Latency: lat, OK: true, Check: "ok"},
 		{Row: rowE2EWebhook, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: math.NaN(), OK: true, Check: "ok",
 			Latency: &Latency{P50: math.NaN(), P95: math.NaN(), P99: math.NaN(), Max: math.NaN()}},
@@ -352,8 +360,13 @@ func TestCalibrate(t *testing.T) {
 
 func TestSummarizeAll(t *testing.T) {
 	s := sampleReport().Summaries
-	if len(s) != 5 {
-		t.Fatalf("got %d summaries, want 5", len(s))
+	if len(s) != 6 {
+		t.Fatalf("got %d summaries, want 6", len(s))
+	}
+	// River's rows are set beside inboxd's counterpart of the same repetition: ingest
+	// 9000/6000 and 10800/9000.
+	if riv := s[3]; math.Abs(riv.InboxdVsThis-1.35) > 1e-9 || !strings.Contains(riv.Check, "ingest 1.35× this") {
+		t.Errorf("river-ingest summary = %+v", riv)
 	}
 	ing := s[2]
 	// Ratios per repetition: 0.9 and 0.9 against the broker, 4.5 and 3.6 against naive.
@@ -363,7 +376,7 @@ func TestSummarizeAll(t *testing.T) {
 	if ing.MsgPerSec != 9900 || ing.PeakRSSBytes != 25<<20 || ing.OK || !strings.Contains(ing.Check, "rep 2") {
 		t.Errorf("ingest summary = %+v", ing)
 	}
-	e2e := s[3]
+	e2e := s[4]
 	if e2e.Latency == nil || e2e.Latency.P99 != 240 || math.Abs(e2e.VsBroker-0.1) > 1e-9 {
 		t.Errorf("e2e summary = %+v (latency %+v)", e2e, e2e.Latency)
 	}
@@ -387,8 +400,8 @@ func TestRender(t *testing.T) {
 	if err := writeMarkdown(&md, rep); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Count(md.String(), "\n| "); lines != 6 { // header, separator, 5 rows
-		t.Errorf("markdown has %d table lines, want 6:\n%s", lines, md.String())
+	if lines := strings.Count(md.String(), "\n| "); lines != 7 { // header, separator, 6 rows
+		t.Errorf("markdown has %d table lines, want 7:\n%s", lines, md.String())
 	}
 
 	var svg bytes.Buffer
@@ -409,8 +422,8 @@ func TestRender(t *testing.T) {
 			rects++
 		}
 	}
-	if rects != 1+5+3*2 { // background, throughput bars, 3 percentiles per e2e row
-		t.Errorf("svg has %d rects, want 12", rects)
+	if rects != 1+6+3*2 { // background, throughput bars, 3 percentiles per e2e row
+		t.Errorf("svg has %d rects, want 13", rects)
 	}
 
 	dir := t.TempDir()
@@ -425,7 +438,7 @@ func TestRender(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("results.json does not parse: %v", err)
 	}
-	if len(back.Summaries) != 5 || len(back.Measurements) != 8 {
+	if len(back.Summaries) != 6 || len(back.Measurements) != 10 {
 		t.Errorf("results.json round trip lost rows: %d summaries, %d measurements", len(back.Summaries), len(back.Measurements))
 	}
 }

@@ -40,11 +40,11 @@ func reexec() (string, []string, error) {
 // ready, then closes the child's stdin and waits for its result and exit.
 func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx context.Context) error) (childOutcome, error) {
 	var out childOutcome
-	exe, prefix, err := reexec()
+	exe, args, err := a.command()
 	if err != nil {
 		return out, err
 	}
-	cmd := exec.CommandContext(ctx, exe, append(prefix, a.args()...)...)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.WaitDelay = 10 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -82,25 +82,28 @@ type Measurement struct {
 
 // Summary is the medians of one row and configuration over the repetitions.
 type Summary struct {
-	Row             string   `json:"row"`
-	Config          string   `json:"config"`
-	N               int      `json:"n"`
-	Reps            int      `json:"reps"`
-	MsgPerSec       float64  `json:"msg_per_sec"`
-	CPUPer10k       float64  `json:"cpu_seconds_per_10k"`
-	HostCPUPer10k   float64  `json:"host_cpu_seconds_per_10k"`
-	BrokerCPUPer10k float64  `json:"broker_cpu_seconds_per_10k"`
-	DBCPUPer10k     float64  `json:"db_cpu_seconds_per_10k"`
-	PeakRSSBytes    int64    `json:"peak_rss_bytes"` // the largest over the repetitions
-	VsBroker        float64  `json:"vs_broker"`      // median of the per-repetition ratios
-	VsNaive         float64  `json:"vs_naive"`
-	VsIngest        float64  `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
-	Latency         *Latency `json:"latency,omitempty"`   // median of each percentile
-	IngestLatency   *Latency `json:"ingest_latency,omitempty"`
-	Check           string   `json:"check"`
-	OK              bool     `json:"ok"`
-	Slowdown        float64  `json:"slowdown,omitempty"`         // median (see Measurement)
-	ClaimLatency    *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
+	Row             string  `json:"row"`
+	Config          string  `json:"config"`
+	N               int     `json:"n"`
+	Reps            int     `json:"reps"`
+	MsgPerSec       float64 `json:"msg_per_sec"`
+	CPUPer10k       float64 `json:"cpu_seconds_per_10k"`
+	HostCPUPer10k   float64 `json:"host_cpu_seconds_per_10k"`
+	BrokerCPUPer10k float64 `json:"broker_cpu_seconds_per_10k"`
+	DBCPUPer10k     float64 `json:"db_cpu_seconds_per_10k"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"` // the largest over the repetitions
+	VsBroker        float64 `json:"vs_broker"`      // median of the per-repetition ratios
+	VsNaive         float64 `json:"vs_naive"`
+	VsIngest        float64 `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
+	// InboxdVsThis, for a river row, is inboxd's counterpart (ingest, e2e-max) over it, in
+	// the same repetition.
+	InboxdVsThis  float64  `json:"inboxd_vs_this,omitempty"`
+	Latency       *Latency `json:"latency,omitempty"` // median of each percentile
+	IngestLatency *Latency `json:"ingest_latency,omitempty"`
+	Check         string   `json:"check"`
+	OK            bool     `json:"ok"`
+	Slowdown      float64  `json:"slowdown,omitempty"`         // median (see Measurement)
+	ClaimLatency  *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
 	// LoadMin/Max and CalibrationMin/Max span the repetitions (see Measurement).
 	LoadMin        float64 `json:"load_min"`
 	LoadMax        float64 `json:"load_max"`
@@ -145,7 +148,7 @@ func summarizeAll(ms []Measurement) []Summary {
 	for _, k := range order {
 		g := groups[k]
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
-		var rate, cpu, host, amq, pg, vsB, vsN, vsI []float64
+		var rate, cpu, host, amq, pg, vsB, vsN, vsI, inboxd []float64
 		var lats, ingLats, claims []Latency
 		var slow []float64
 		for i, m := range g {
@@ -168,6 +171,11 @@ func summarizeAll(ms []Measurement) []Summary {
 			}
 			if b, ok := baseline(rowIngest, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row == rowIngestPrune {
 				vsI = append(vsI, m.MsgPerSec/b.MsgPerSec)
+			}
+			if cp, ok := riverCounterpart[m.Row]; ok && m.MsgPerSec > 0 {
+				if b, ok := baseline(cp, m.Rep, m.N); ok && b.N == m.N {
+					inboxd = append(inboxd, b.MsgPerSec/m.MsgPerSec)
+				}
 			}
 			if m.Latency != nil {
 				lats = append(lats, *m.Latency)
@@ -198,6 +206,10 @@ func summarizeAll(ms []Measurement) []Summary {
 			s.VsIngest = median(vsI)
 			s.Check += fmt.Sprintf("; %.2f× ingest", s.VsIngest)
 		}
+		if len(inboxd) > 0 {
+			s.InboxdVsThis = median(inboxd)
+			s.Check += fmt.Sprintf("; %s %.2f× this", riverCounterpart[k.row], s.InboxdVsThis)
+		}
 		s.Latency, s.IngestLatency = medianLatency(lats), medianLatency(ingLats)
 		s.ClaimLatency = medianLatency(claims)
 		if len(slow) > 0 {
@@ -211,6 +223,9 @@ func summarizeAll(ms []Measurement) []Summary {
 	}
 	return out
 }
+
+// riverCounterpart is the inboxd row each river row is set beside.
+var riverCounterpart = map[string]string{rowRiverIngest: rowIngest, rowRiver: rowE2EMax}
 
 func medianLatency(ls []Latency) *Latency {
 	if len(ls) == 0 {
@@ -365,6 +380,7 @@ func jsonSafe(rep *Report) *Report {
 		fix(&s.DBCPUPer10k)
 		fix(&s.VsBroker)
 		fix(&s.VsNaive)
+		fix(&s.InboxdVsThis)
 		s.Latency, s.IngestLatency, s.ClaimLatency = fixLat(s.Latency), fixLat(s.IngestLatency), fixLat(s.ClaimLatency)
 	}
 	c.Measurements = append([]Measurement(nil), rep.Measurements...)

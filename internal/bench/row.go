@@ -41,6 +41,8 @@ type rowArgs struct {
 	StompAddr  string
 	CPUProfile string
 	Knobs      Knobs
+	// River, for a river row, runs it in the inboxd-river binary (river.go).
+	River *riverSettings
 }
 
 // rowResult is the child's report, one JSON line after "result ".

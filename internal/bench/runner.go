@@ -46,7 +46,8 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
 			var ingestRate float64
 			empty := map[string]*Measurement{} // the ingest and e2e-max rows, for journal-size
-			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax} {
+			var e2eMaxRate float64
+			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowRiverIngest, rowRiver} {
 				if !contains(r.o.Rows, row) {
 					continue
 				}
@@ -65,6 +66,14 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 					case row == rowE2EMax && ingestRate > 0:
 						m.Note = fmt.Sprintf("%.2f× ingest (%.0f msg/s) in this repetition; %s", m.MsgPerSec/ingestRate, ingestRate, m.Note)
 						r.logf("rep %d: e2e-max N=%d: %.2f× ingest", i, n, m.MsgPerSec/ingestRate)
+					}
+					switch {
+					case row == rowE2EMax:
+						e2eMaxRate = m.MsgPerSec
+					case row == rowRiverIngest && ingestRate > 0 && m.MsgPerSec > 0:
+						r.logf("rep %d: ingest N=%d: %.2f× river-ingest", i, n, ingestRate/m.MsgPerSec)
+					case row == rowRiver && e2eMaxRate > 0 && m.MsgPerSec > 0:
+						r.logf("rep %d: e2e-max N=%d: %.2f× river", i, n, e2eMaxRate/m.MsgPerSec)
 					}
 					if _, ok := empty[row]; !ok {
 						empty[row] = &m
@@ -154,7 +163,11 @@ func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
 // drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
 // drain it, then check the database and that the queue is empty.
 func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
-	return r.drain(ctx, drainSpec{row: row, child: row, config: k.label(row)}, k, c, rep)
+	config := k.label(row)
+	if isRiverRow(row) {
+		config = r.o.River.label(row, k)
+	}
+	return r.drain(ctx, drainSpec{row: row, child: row, config: config}, k, c, rep)
 }
 
 // drainSpec says what a drain measurement runs: the child's row, on a fresh database or
@@ -182,6 +195,9 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
 	a := rowArgs{Row: sp.child, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(sp.name(), k, n, rep)}
+	if isRiverRow(sp.child) {
+		a.River = &r.o.River
+	}
 	m.Profile = a.CPUProfile
 	var db *freshDB
 	if row != rowBroker {
@@ -259,6 +275,9 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 		return err.Error(), false
 	}
 	defer pool.Close()
+	if isRiverRow(row) {
+		return riverCheck(ctx, pool, row, c)
+	}
 	count, listIDs := journal.CountRows, journal.IDs
 	if prefilled {
 		count = func(ctx context.Context, db database.DB) (journal.Counts, error) {
