@@ -373,12 +373,14 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 		return phase(total, 2*time.Minute)
 	}
 	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, rate, r.o.E2EDuration)
+	commits0, _ := transactions(ctx, pool)
 	out, err := runChild(ctx, a, r.pids, during)
 	if err != nil {
 		r.purge(ctx, queue)
 		return m, err
 	}
 	m.fill(out, total+r.o.Warmup)
+	commits1, cerr := transactions(ctx, pool)
 	timings, err := journal.ProcessedTimings(ctx, pool)
 	if err != nil {
 		return m, err
@@ -408,6 +410,11 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	lat, ingLat := summarize(e2e), summarize(ing)
 	// A growing backlog shows as a second half slower than the first.
 	m.Note = fmt.Sprintf("p99 first/second half %.0f/%.0f ms; %s", summarize(firstHalf).P99, summarize(secondHalf).P99, m.Note)
+	if cerr == nil {
+		// Per event, what a moderate rate costs most in (issue 29): the transactions of
+		// ingest, processing and the workers' empty claims, and the parent's few reads.
+		m.Note = fmt.Sprintf("%.2f transactions per event; %s", float64(commits1-commits0)/float64(total+r.o.Warmup), m.Note)
+	}
 	m.Latency, m.IngestLatency = &lat, &ingLat
 	// Throughput of the measured phase: messages over first send → last processed.
 	m.DrainSeconds = last.Sub(measureFrom).Seconds()
@@ -426,6 +433,15 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, host %.2f, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s; %s",
 		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, m.HostCPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
+}
+
+// transactions is how many transactions the database of db has committed and rolled
+// back. The child's backends report theirs when they exit (PostgreSQL 15's cumulative
+// statistics), so a count read after the child is gone holds all of them.
+func transactions(ctx context.Context, db database.DB) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
 }
 
 // waitProcessed polls until want journal rows are PROCESSED. It polls only after the
