@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"time"
 
@@ -132,13 +131,8 @@ func riverCheck(ctx context.Context, pool *pgxpool.Pool, row string, c Corpus) (
 	if err := rows.Err(); err != nil {
 		return err.Error(), false
 	}
-	want := append([]string(nil), c.IDs...)
-	sort.Strings(want)
-	sort.Strings(ids)
-	for i := range want {
-		if ids[i] != want[i] {
-			return fmt.Sprintf("job ids differ from the published ones (first: %s vs %s)", ids[i], want[i]), false
-		}
+	if diff := differentIDs(ids, c.IDs); diff != "" {
+		return "job ids differ from the published ones " + diff, false
 	}
 	if row == rowRiver {
 		return fmt.Sprintf("ok (jobs=%d completed, customers=%d, rejected=%d)", jobs, customers, bad), true

@@ -306,15 +306,24 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 	if err != nil {
 		return err.Error(), false
 	}
-	want := append([]string(nil), c.IDs...)
-	sort.Strings(want)
-	sort.Strings(ids)
-	for i := range want {
-		if ids[i] != want[i] {
-			return fmt.Sprintf("journal ids differ from the published ones (first: %s vs %s)", ids[i], want[i]), false
-		}
+	if diff := differentIDs(ids, c.IDs); diff != "" {
+		return "journal ids differ from the published ones " + diff, false
 	}
 	return fmt.Sprintf("ok (journal=%d quarantine=%d)", counts.Journal, counts.Quarantine), true
+}
+
+// differentIDs says where got and want differ as sets of the same size ("" when they
+// are equal); it sorts got.
+func differentIDs(got, want []string) string {
+	want = append([]string(nil), want...)
+	sort.Strings(want)
+	sort.Strings(got)
+	for i := range want {
+		if got[i] != want[i] {
+			return fmt.Sprintf("(first: %s vs %s)", got[i], want[i])
+		}
+	}
+	return ""
 }
 
 // purge empties a queue a failed row left behind, so it does not fill the broker.

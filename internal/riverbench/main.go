@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -103,17 +102,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("creating cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("starting cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := bench.StartCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	// The parent closing our stdin (or dying) ends the row.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
