@@ -135,10 +135,10 @@ func (c Config) WithDefaults() Config {
 	or(&c.StompAddr, defaults.StompAddr)
 	or(&c.ClientID, defaults.ClientID)
 	or(&c.SubscriptionName, defaults.SubscriptionName)
-	or(&c.HTTPAddr, defaults.HTTPAddr)
-	or(&c.WebhookAddr, defaults.WebhookAddr)
+	or(&c.HTTPAddr, defaults.LibraryHTTPAddr)
+	// WebhookAddr and CertDir stay empty: the webhook is served on CockroachDB only
+	// (Run sets them then), unless WebhookAddr asks for it.
 	or(&c.WebhookURL, defaults.WebhookURL)
-	or(&c.CertDir, defaults.CertDir)
 	or(&c.AckMode, defaults.AckMode)
 	or(&c.IDSource, defaults.IDSource)
 	if len(c.Destinations) == 0 {

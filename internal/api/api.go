@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -67,6 +68,10 @@ type Config struct {
 	// "Authorization: Bearer <token>"; the admin token is accepted too. Unset (and no
 	// admin token), the journal is served to localhost only.
 	ReadToken string
+	// AdminTokenSetting and ReadTokenSetting name the settings of the tokens in hints, in
+	// the caller's terms (defaults.SettingName). Default INBOXD_ADMIN_TOKEN and
+	// INBOXD_READ_TOKEN.
+	AdminTokenSetting, ReadTokenSetting string
 	// Limits bound slow and large clients; zero fields take httpsec.DefaultLimits.
 	Limits httpsec.Limits
 
@@ -148,13 +153,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
-	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
-	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
+	cfg.AdminTokenSetting = cmp.Or(cfg.AdminTokenSetting, "INBOXD_ADMIN_TOKEN")
+	cfg.ReadTokenSetting = cmp.Or(cfg.ReadTokenSetting, "INBOXD_READ_TOKEN")
+	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: cfg.AdminTokenSetting, Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
+	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: cfg.ReadTokenSetting, Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
 	if cfg.AdminToken == "" {
-		s.log.Warn("no admin token: /admin is served to localhost only; set INBOXD_ADMIN_TOKEN for remote access")
+		s.log.Warn("no admin token: /admin is served to localhost only; set " + cfg.AdminTokenSetting + " for remote access")
 	}
 	if cfg.ReadToken == "" && cfg.AdminToken == "" {
-		s.log.Info("no read token: /journal is served to localhost only; set INBOXD_READ_TOKEN for remote access")
+		s.log.Info("no read token: /journal is served to localhost only; set " + cfg.ReadTokenSetting + " for remote access")
 	}
 
 	e := echo.New()

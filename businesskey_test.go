@@ -1,0 +1,77 @@
+package inboxd_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd"
+	"github.com/inboxd/inboxd/internal/stompx"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+// TestBusinessKeyThroughAPI is the newcomer's program: order.placed events with string
+// ids such as "ord-0001". The handler sees that id as Event.Key beside the journal id
+// (Event.ID = inboxd.JournalID(Key)), and GET /journal/ord-0001 finds the event, as
+// does GET /journal/{journal id}.
+func TestBusinessKeyThroughAPI(t *testing.T) {
+	db := testenv.NewDB(t)
+	queue := testenv.Queue(t)
+	addr := testenv.FreeAddr(t)
+	c := newClient(t, db, inboxd.Config{StompAddr: testenv.Broker(t), Destinations: []string{queue},
+		HTTPAddr: addr, DefaultEventType: "order.placed", SweepInterval: 50 * time.Millisecond})
+	var mu sync.Mutex
+	seen := map[string]string{} // Key → ID
+	c.Handle("order.placed", inboxd.HandlerFunc(func(_ context.Context, _ pgx.Tx, ev inboxd.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[ev.Key] = ev.ID
+		return nil
+	}))
+	testenv.Start(t, time.Minute, c.Run)
+	pub := stompx.NewPublisher(stompx.Config{Addr: testenv.Broker(t)}, 1)
+	t.Cleanup(func() { pub.Close() })
+	for _, body := range []string{`{"id":"ord-0001","total":12}`, `{"id":"ord-0002","total":7}`} {
+		if err := pub.Publish(context.Background(), queue, []byte(body), nil); err != nil {
+			t.Fatalf("publishing: %v", err)
+		}
+	}
+
+	testenv.Eventually(t, 30*time.Second, "both orders handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 2
+	})
+	for _, key := range []string{"ord-0001", "ord-0002"} {
+		mu.Lock()
+		id := seen[key]
+		mu.Unlock()
+		if want := inboxd.JournalID(key); id != want {
+			t.Errorf("Event.ID of %s = %q, want JournalID = %q", key, id, want)
+		}
+		for _, ref := range []string{key, id} {
+			var got struct{ ID, Status string }
+			testenv.Eventually(t, 30*time.Second, "GET /journal/"+ref+" PROCESSED", func() bool {
+				r, err := http.Get("http://" + addr + "/journal/" + ref)
+				if err != nil {
+					return false
+				}
+				defer r.Body.Close()
+				return r.StatusCode == 200 && json.NewDecoder(r.Body).Decode(&got) == nil && got.Status == "PROCESSED"
+			})
+			if got.ID != id {
+				t.Errorf("GET /journal/%s: id %q, want %q", ref, got.ID, id)
+			}
+		}
+	}
+	// A UUID key is its own journal id, whatever its case.
+	const u = "0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9"
+	if got := inboxd.JournalID(u); got != "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9" {
+		t.Errorf("JournalID(%s) = %s", u, got)
+	}
+}
