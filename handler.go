@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/hook"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -47,4 +48,9 @@ func engineHandlerOf(h Handler, src message.IDSource) process.Handler {
 		return engineBatchHandler{engineHandler: a, b: b}
 	}
 	return a
+}
+
+// The test kit (inboxdtest) wraps handlers as Handle does.
+func init() {
+	hook.EngineHandler = func(h any, src message.IDSource) process.Handler { return engineHandlerOf(h.(Handler), src) }
 }

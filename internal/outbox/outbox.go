@@ -188,7 +188,7 @@ RETURNING id::TEXT, destination, headers, body, attempts, created_at, grp, seq`
 func Statements() map[string]string {
 	return map[string]string{
 		"insert": sqlInsert, "pickHeads": sqlPickHeads, "lockHeads": sqlLockHeads, "leaseClaim": sqlLeaseClaim,
-		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet,
+		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet, "unsent": sqlUnsent,
 	}
 }
 
