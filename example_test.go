@@ -24,7 +24,7 @@ func Example() {
 	t, done := inboxdtest.Standalone("Example")
 	defer done()
 	pool := inboxdtest.NewDB(t)
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id TEXT PRIMARY KEY, total INT8 NOT NULL)`); err != nil {
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (order_id TEXT PRIMARY KEY, total INT8 NOT NULL)`); err != nil {
 		panic(err)
 	}
 
@@ -35,7 +35,7 @@ func Example() {
 		if err := json.Unmarshal(ev.Payload, &order); err != nil || order.Total <= 0 {
 			return inboxd.Reject(fmt.Errorf("order %s: total must be a positive number", ev.Key))
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, ev.Key, order.Total)
+		_, err := tx.Exec(ctx, `INSERT INTO orders (order_id, total) VALUES ($1, $2) ON CONFLICT (order_id) DO NOTHING`, ev.Key, order.Total)
 		return err
 	})
 
@@ -169,7 +169,7 @@ func ExampleEmitBatch() {
 type orderBatch struct{}
 
 func (orderBatch) Handle(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
-	_, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`, ev.Key)
+	_, err := tx.Exec(ctx, `INSERT INTO orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, ev.Key)
 	return err
 }
 
@@ -178,7 +178,7 @@ func (orderBatch) HandleBatch(ctx context.Context, tx pgx.Tx, evs []inboxd.Event
 	for i, ev := range evs {
 		keys[i] = ev.Key
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO orders (id) SELECT unnest($1::TEXT[]) ON CONFLICT (id) DO NOTHING`, keys)
+	_, err := tx.Exec(ctx, `INSERT INTO orders (order_id) SELECT unnest($1::TEXT[]) ON CONFLICT (order_id) DO NOTHING`, keys)
 	return make([]error, len(evs)), err
 }
 
@@ -186,7 +186,7 @@ func ExampleBatchHandler() {
 	t, done := inboxdtest.Standalone("ExampleBatchHandler")
 	defer done()
 	pool := inboxdtest.NewDB(t)
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id TEXT PRIMARY KEY)`); err != nil {
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (order_id TEXT PRIMARY KEY)`); err != nil {
 		panic(err)
 	}
 	var h inboxd.BatchHandler = orderBatch{}

@@ -88,7 +88,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
-		id       TEXT PRIMARY KEY,
+		order_id TEXT PRIMARY KEY,
 		customer TEXT NOT NULL,
 		total    INT8 NOT NULL)`); err != nil {
 		return fmt.Errorf("creating the orders table: %w", err)
@@ -115,7 +115,7 @@ func placeOrder(events string) inboxd.Handler {
 			// Retrying cannot fix it: REJECTED, not retried.
 			return inboxd.Reject(errors.New("an order needs a customer and a positive total"))
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, customer, total) VALUES ($1, $2, $3) ON CONFLICT (order_id) DO NOTHING`,
 			ev.Key, o.Customer, o.Total); err != nil {
 			return fmt.Errorf("recording order %s: %w", ev.Key, err)
 		}

@@ -30,7 +30,7 @@ func TestPlaceOrder(t *testing.T) {
 		t.Errorf("emitted %s %v", sent[0].Body, sent[0].Headers)
 	}
 	var total int64
-	if err := pool.QueryRow(context.Background(), `SELECT total FROM orders WHERE id = 'ord-0001'`).Scan(&total); err != nil || total != 42 {
+	if err := pool.QueryRow(context.Background(), `SELECT total FROM orders WHERE order_id = 'ord-0001'`).Scan(&total); err != nil || total != 42 {
 		t.Errorf("orders row of ord-0001: total %d, %v", total, err)
 	}
 }
