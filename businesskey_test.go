@@ -3,6 +3,7 @@ package inboxd_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -31,6 +32,9 @@ func TestBusinessKeyThroughAPI(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[ev.Key] = ev.ID
+		if ev.Key == "ord-0002" {
+			return inboxd.Reject(errors.New("no such customer"))
+		}
 		return nil
 	}))
 	testenv.Start(t, time.Minute, c.Run)
@@ -56,19 +60,31 @@ func TestBusinessKeyThroughAPI(t *testing.T) {
 		}
 		for _, ref := range []string{key, id} {
 			var got struct{ ID, Status string }
-			testenv.Eventually(t, 30*time.Second, "GET /journal/"+ref+" PROCESSED", func() bool {
+			want := map[string]string{"ord-0001": "PROCESSED", "ord-0002": "REJECTED"}[key]
+			testenv.Eventually(t, 30*time.Second, "GET /journal/"+ref+" "+want, func() bool {
 				r, err := http.Get("http://" + addr + "/journal/" + ref)
 				if err != nil {
 					return false
 				}
 				defer r.Body.Close()
-				return r.StatusCode == 200 && json.NewDecoder(r.Body).Decode(&got) == nil && got.Status == "PROCESSED"
+				return r.StatusCode == 200 && json.NewDecoder(r.Body).Decode(&got) == nil && got.Status == want
 			})
 			if got.ID != id {
 				t.Errorf("GET /journal/%s: id %q, want %q", ref, got.ID, id)
 			}
 		}
 	}
+	// The operator's actions take the event's own id too.
+	r, err := http.Post("http://"+addr+"/admin/events/ord-0002/retry", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var retry struct{ Retried bool }
+	if err := json.NewDecoder(r.Body).Decode(&retry); err != nil || r.StatusCode != 200 || !retry.Retried {
+		t.Errorf("POST /admin/events/ord-0002/retry: %d, retried %v (%v)", r.StatusCode, retry.Retried, err)
+	}
+	r.Body.Close()
+
 	// A UUID key is its own journal id, whatever its case.
 	const u = "0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9"
 	if got := inboxd.JournalID(u); got != "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9" {
