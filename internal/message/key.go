@@ -121,6 +121,19 @@ func EventKey(payload []byte, src IDSource) string {
 	if src.header != "" {
 		return ""
 	}
+	if src.field == "" {
+		// The default source reads two fields: no map of the whole payload per event.
+		var p struct {
+			ID          json.RawMessage `json:"id"`
+			SpecVersion json.RawMessage `json:"specversion"`
+		}
+		if json.Unmarshal(payload, &p) != nil {
+			return ""
+		}
+		var id string
+		_ = json.Unmarshal(p.ID, &id)
+		return id
+	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(payload, &fields) != nil {
 		return ""
