@@ -276,9 +276,6 @@ func Publish(t TB, destination string, body []byte, headers map[string]string) s
 	return ev.ID
 }
 
-// ErrNotSettled is WaitSettled's error for an event still pending at the deadline.
-var ErrNotSettled = errors.New("inboxdtest: event not settled")
-
 // WaitSettled waits, at most within, until the event with journal id id is settled
 // (PROCESSED, REJECTED or DEAD) and returns that status; it fails the test otherwise.
 func WaitSettled(t TB, pool *pgxpool.Pool, id string, within time.Duration) string {
@@ -292,7 +289,7 @@ func WaitSettled(t TB, pool *pgxpool.Pool, id string, within time.Duration) stri
 		case err != nil && !errors.Is(err, journal.ErrNotFound):
 			t.Fatalf("inboxdtest: reading event %s: %v", id, err)
 		case time.Now().After(deadline):
-			t.Fatalf("%v: %s after %s", ErrNotSettled, id, within)
+			t.Fatalf("inboxdtest: event %s not settled after %s", id, within)
 		}
 		time.Sleep(20 * time.Millisecond) // polling the journal: no signal to wait on from outside the Client
 	}
