@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,5 +91,22 @@ func TestBusinessKeyThroughAPI(t *testing.T) {
 	const u = "0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9"
 	if got := inboxd.JournalID(u); got != "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9" {
 		t.Errorf("JournalID(%s) = %s", u, got)
+	}
+}
+
+// TestHintsNameTheLibrarysSetting: a program embedding inboxd is told to set
+// Config.AdminToken, not the command line's INBOXD_ADMIN_TOKEN.
+func TestHintsNameTheLibrarysSetting(t *testing.T) {
+	db := testenv.NewDB(t)
+	var logs testenv.Buffer
+	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: testenv.Broker(t), Destinations: []string{testenv.Queue(t)},
+		HTTPAddr: testenv.FreeAddr(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Start(t, time.Minute, c.Run)
+	testenv.Eventually(t, 30*time.Second, "the API's start-up hint", func() bool { return strings.Contains(logs.String(), "no admin token") })
+	if s := logs.String(); !strings.Contains(s, "set Config.AdminToken for remote access") || strings.Contains(s, "INBOXD_") {
+		t.Errorf("hints name the command line's settings:\n%s", s)
 	}
 }
