@@ -27,6 +27,10 @@
 // that can never succeed, and any other error for a failure worth retrying. It may run
 // more than once for one event (transaction retries, replays), so it must not keep
 // state outside tx.
+//
+// Package github.com/inboxd/inboxd/inboxdtest tests handlers: a migrated database per
+// test, a handler run in inboxd's own processing transaction with its outcomes and
+// emitted messages, and helpers that drive a Client through the real broker.
 package inboxd
 
 import (
