@@ -22,6 +22,7 @@ import (
 // Issue 11: one transaction, each handler in its own savepoint: a failure, a rejection
 // and a panic stay with their events, the rest commits.
 func TestBatchIsolatesHandlerFailures(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, fx, _ := newEngine(t, db, process.Config{MaxAttempts: 3, BaseBackoff: time.Hour, MaxBackoff: time.Hour})
 	specs := []pt.Spec{
@@ -68,6 +69,7 @@ func TestBatchIsolatesHandlerFailures(t *testing.T) {
 // Issue 11: a handler returning SQLSTATE 40001 retries the whole batch: every event's
 // handler runs again, no attempt is counted for the conflict, each effect lands once.
 func TestBatchConflictRetriesWholeBatch(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, fx, m := newEngine(t, db, process.Config{})
 	var payloads [][]byte
@@ -100,6 +102,7 @@ func TestBatchConflictRetriesWholeBatch(t *testing.T) {
 // Issue 11: one aggregate's events spread over many batches (and workers) keep their
 // order, interleaved with other aggregates.
 func TestBatchOrderAcrossBatches(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{Concurrency: 4, MaxAttempts: 5})
 	var payloads [][]byte
@@ -125,6 +128,7 @@ func TestBatchOrderAcrossBatches(t *testing.T) {
 
 // Issue 11: push. A Kick starts processing at once instead of at the next interval.
 func TestKickProcessesAtOnce(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{Concurrency: 2})
 	runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: time.Hour, Grace: 0}))
@@ -139,6 +143,7 @@ func TestKickProcessesAtOnce(t *testing.T) {
 // Issue 11: push between instances on PostgreSQL. Instance B's workers wait an hour
 // between polls; A's Notify wakes them through LISTEN/NOTIFY.
 func TestPushAcrossInstances(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	fx := pt.NewEffects(t, db.Pool)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,6 +208,7 @@ func (s *setEffects) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.E
 // Issue 11: a set-based handler applies a clean batch in one call; one bad event rolls
 // the call back and every event goes through Handle alone, so the bad one stays alone.
 func TestBatchHandler(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bad=%v", bad), func(t *testing.T) {
 			db := testenv.NewDB(t)
