@@ -23,6 +23,7 @@ import (
 // (Event.ID = inboxd.JournalID(Key)), and GET /journal/ord-0001 finds the event, as
 // does GET /journal/{journal id}.
 func TestBusinessKeyThroughAPI(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	addr := testenv.FreeAddr(t)
@@ -97,6 +98,7 @@ func TestBusinessKeyThroughAPI(t *testing.T) {
 // TestHintsNameTheLibrarysSetting: a program embedding inboxd is told to set
 // Config.AdminToken, not the command line's INBOXD_ADMIN_TOKEN.
 func TestHintsNameTheLibrarysSetting(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	var logs testenv.Buffer
 	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: testenv.Broker(t), Destinations: []string{testenv.Queue(t)},

@@ -55,6 +55,7 @@ func (b *batchOrders) HandleBatch(ctx context.Context, tx pgx.Tx, evs []inboxd.E
 // rejected or failed event's writes are rolled back with its savepoint), and shows what
 // the handler emitted; a BatchHandler takes the batch path, falling back per event.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	msgs := []inboxdtest.Message{
 		{Body: []byte(`{"id":"ord-0001","total":12}`)},
 		{Body: []byte(`{"id":"ord-bad","total":1}`)},
@@ -70,6 +71,7 @@ func TestRun(t *testing.T) {
 		{"BatchHandler", &batchOrders{}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			pool := inboxdtest.NewDB(t)
 			if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (key TEXT PRIMARY KEY)`); err != nil {
 				t.Fatal(err)

@@ -53,4 +53,5 @@ func (s *standalone) done() {
 // Main runs a package's tests from its TestMain, then fails the run when a goroutine
 // is still running (goleak; a Client or pool a test forgot to stop). Without the
 // services, and without CI=true, the package's Examples are skipped.
-func Main(m *testing.M) { testenv.Main(m) }
+func Main(m *testing.M)       { testenv.Main(m) }
+func (x tb) Skip(args ...any) { x.t.Helper(); x.t.Skipf("%s", fmt.Sprint(args...)) }

@@ -16,6 +16,7 @@ func TestMain(m *testing.M) { inboxdtest.Main(m) }
 // The handler alone, in inboxd's own processing transaction: an order becomes a row
 // and an order.accepted message in the outbox; an invalid one is REJECTED.
 func TestPlaceOrder(t *testing.T) {
+	t.Parallel()
 	pool := inboxdtest.NewDB(t)
 	if err := migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
@@ -38,6 +39,7 @@ func TestPlaceOrder(t *testing.T) {
 // The whole program against the real PostgreSQL and ActiveMQ: published orders are
 // settled, order.accepted is relayed, and cancelling stops it with no error.
 func TestOrdersExample(t *testing.T) {
+	t.Parallel()
 	pool := inboxdtest.NewDB(t)
 	queue, events := inboxdtest.Queue(t), inboxdtest.Queue(t)
 	vars := map[string]string{

@@ -6,14 +6,23 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"testing"
 	"time"
 )
 
 // skipExamplesWithoutServices lets a contributor without the services run a package's
 // tests by hand: its Examples, which run against PostgreSQL and ActiveMQ and cannot
-// skip themselves, are skipped (-test.skip) when either is unreachable. When CI=true
-// they run, and fail.
+// skip themselves, are skipped (-test.skip) under -short, and when either service is
+// unreachable unless CI=true (then they run, and fail). A -test.skip given stays.
 func skipExamplesWithoutServices() {
+	flag.Parse() // m.Run would; testing.Short needs it
+	if f := flag.Lookup("test.skip"); f == nil || f.Value.String() != "" {
+		return
+	}
+	if testing.Short() {
+		_ = flag.Set("test.skip", "^Example")
+		return
+	}
 	if os.Getenv("CI") == "true" {
 		return
 	}
