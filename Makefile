@@ -8,9 +8,10 @@ PKGS := ./...
 # themselves or read process-wide state stay serial (no t.Parallel).
 TESTFLAGS := -race -count=1 -parallel 4 -timeout 20m
 # Modules of their own inside the tree, which ./... stops at: the CockroachDB parser test
-# (its go.mod keeps the parser's large tree out of the library's). test, test-short and
-# lint run each of them too.
-SUBMODS := internal/sqlcheck
+# (its go.mod keeps the parser's large tree out of the library's) and the bench's River
+# rows (internal/riverbench: the library's go.mod does not name River). test,
+# test-short and lint run each of them too.
+SUBMODS := internal/sqlcheck internal/riverbench
 
 .PHONY: all build test test-crdb-profile test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
 
@@ -18,6 +19,7 @@ all: lint build test
 
 build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd
+	$(GO) -C internal/riverbench build -o ../../bin/inboxd-river .
 
 services:
 	scripts/services.sh up

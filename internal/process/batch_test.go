@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,6 +181,51 @@ func TestPushAcrossInstances(t *testing.T) {
 			return pt.CountStatus(t, db.Pool, "PROCESSED") == round
 		})
 	}
+}
+
+// Issue 29: the Notifies of a burst of ingest commits share one NOTIFY (each was one
+// more transaction per commit), and a Notify after it still gets one of its own.
+func TestPushCoalescesNotifies(t *testing.T) {
+	db := testenv.NewDB(t)
+	const linger = time.Second // long beside a loaded machine's scheduling delays
+	e := process.New(db.Pool, process.NewRegistry(), process.Config{KickLinger: linger}, metrics.New(), nil)
+	n := notifier.New(db.Pool.Config().ConnConfig, nil)
+	var heard atomic.Int64
+	listening := make(chan struct{}, 1)
+	sub := n.Listen(process.PushChannel, func(nf notifier.Notification) {
+		if nf.Resumed {
+			select {
+			case listening <- struct{}{}:
+			default:
+			}
+			return
+		}
+		heard.Add(1)
+	})
+	t.Cleanup(sub.Unlisten)
+	testenv.Start(t, 5*time.Second, n.Run)
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never listening")
+	}
+	p := process.NewPush(e, db.Pool, nil)
+	testenv.Start(t, 5*time.Second, p.Run)
+	// Ingest commits 10 ms apart, all within the linger.
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < linger/4 {
+		p.Notify()
+		sent++
+		time.Sleep(10 * time.Millisecond) // paces the commits; not a wait for an outcome
+	}
+	testenv.Eventually(t, 10*time.Second, "the burst's NOTIFY", func() bool { return heard.Load() >= 1 })
+	time.Sleep(2 * linger) // no second NOTIFY may follow for the same burst (a bounded wait for an absence)
+	if got := heard.Load(); got != 1 {
+		t.Fatalf("%d Notifies within the linger sent %d NOTIFYs, want 1", sent, got)
+	}
+	p.Notify()
+	testenv.Eventually(t, 10*time.Second, "a later Notify's own NOTIFY", func() bool { return heard.Load() == 2 })
 }
 
 // setEffects is a BatchHandler over pt.Effects: it writes every event's effect, then

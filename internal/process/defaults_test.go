@@ -22,6 +22,7 @@ func TestZeroConfigTakesTheTable(t *testing.T) {
 		{"MaxAttempts", e.MaxAttempts, defaults.MaxAttempts},
 		{"BaseBackoff", e.BaseBackoff, defaults.RetryBaseDelay},
 		{"MaxBackoff", e.MaxBackoff, defaults.RetryMaxDelay},
+		{"KickLinger", e.KickLinger, defaults.KickLinger},
 		{"sweeper Interval", s.Interval, defaults.SweepInterval},
 		{"sweeper BatchSize", s.BatchSize, defaults.ProcessBatchSize},
 	} {
