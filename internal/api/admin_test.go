@@ -136,7 +136,8 @@ func TestAdminRetryOne(t *testing.T) {
 		t.Errorf("received entry: %d %s", r.Code, r.Body)
 	}
 	expectError(t, h.do(t, "POST", "/admin/events/"+message.NewID()+"/retry", nil), 404)
-	expectError(t, h.do(t, "POST", "/admin/events/nope/retry", nil), 400)
+	expectError(t, h.do(t, "POST", "/admin/events/nope/retry", nil), 404) // an event id (Event.Key) nobody sent
+	expectError(t, h.do(t, "POST", "/admin/events/"+strings.Repeat("k", 1025)+"/retry", nil), 400)
 	if !strings.Contains(h.log.String(), `"action":"retry"`) {
 		t.Error("retry not logged")
 	}

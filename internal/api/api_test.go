@@ -100,7 +100,8 @@ func TestErrorShape(t *testing.T) {
 		{"DELETE", "/journal/stats", nil, 405},
 		{"PUT", "/journal/stats", nil, 405},
 		{"POST", "/admin/events/replay", "{", 400},
-		{"GET", "/journal/not-a-uuid", nil, 400},
+		{"GET", "/journal/not-a-uuid", nil, 404}, // an event id (Event.Key) nobody sent
+		{"GET", "/journal/" + strings.Repeat("k", 1025), nil, 400},
 		{"GET", "/journal/" + message.NewID(), nil, 404},
 		{"GET", "/journal/-events", nil, 404},
 		{"POST", "/admin/events/replay", strings.Repeat("x", 2<<20), 413},

@@ -36,7 +36,7 @@ func TestAdminEditAndRetry(t *testing.T) {
 	}{
 		{"no token", path, map[string]any{"by": "alice", "payload": fixed}, nil, http.StatusUnauthorized, ""},
 		{"read token", path, map[string]any{"by": "alice", "payload": fixed}, []string{"Authorization", "Bearer " + reader}, http.StatusUnauthorized, ""},
-		{"bad id", "/admin/events/nope/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 400, ""},
+		{"unknown event id", "/admin/events/nope/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 404, ""},
 		{"unknown id", "/admin/events/" + message.NewID() + "/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 404, ""},
 		{"not DEAD", "/admin/events/" + other + "/edit-and-retry", map[string]any{"by": "alice", "payload": map[string]any{"id": other, "amount": "2.00"}}, auth, 409, ""},
 		{"no by", path, map[string]any{"payload": fixed}, auth, 400, ""},

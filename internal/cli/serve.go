@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/tracing/otlpenv"
@@ -107,7 +108,7 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 	if cfg.Demo {
 		ctx = registration.Wire(c)(ctx)
 	}
-	return c.Run(ctx)
+	return c.Run(defaults.WithCommandLine(ctx)) // hints name INBOXD_* settings
 }
 
 // openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize)

@@ -42,7 +42,13 @@ const (
 
 // The REST API and the changefeed webhook.
 const (
-	HTTPAddr    = ":8090"
+	// HTTPAddr is the command line's API address, on every interface: a service's.
+	HTTPAddr = ":8090"
+	// LibraryHTTPAddr is the library's (Config.HTTPAddr): loopback, so that a program
+	// embedding inboxd opens no port to the network it did not ask for.
+	LibraryHTTPAddr = "127.0.0.1:8090"
+	// WebhookAddr and CertDir are the command line's; the library serves the webhook
+	// with them on CockroachDB only, unless Config.WebhookAddr asks for it.
 	WebhookAddr = ":8443"
 	WebhookURL  = "webhook-https://localhost:8443/changefeed"
 	CertDir     = "var/certs"
