@@ -26,7 +26,15 @@ const (
 	DefaultHeartBeat       = defaults.StompHeartBeat
 	DefaultDialTimeout     = 10 * time.Second
 	DefaultReceiptTimeout  = 10 * time.Second
-	heartBeatGraceMultiple = 2.0 // ActiveMQ's beats can arrive ~2x apart
+	// The broker is asked to beat every half interval, and a connection silent for 1.5
+	// intervals is dropped: within the two intervals STOMP 1.2 heart-beating allows
+	// (https://stomp.github.io/stomp-specification-1.2.html#Heart-beating). ActiveMQ's
+	// beats can arrive up to twice their interval apart (its inactivity monitor writes a
+	// beat only when a check finds nothing written since the one before), so the read
+	// timeout is 1.5 times the widest gap a live broker leaves. go-stomp's read timer is
+	// (the broker's interval, at least ours, + HeartBeatError) × the grace multiple
+	// (go-stomp v3.1.5 conn.go, processLoop), with no added error here: 3 × half.
+	heartBeatGraceMultiple = 3.0
 )
 
 // Config says how to reach the broker.
@@ -167,7 +175,8 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 	opts := []func(*stomp.Conn) error{
 		stomp.ConnOpt.AcceptVersion(stomp.V12),
 		stomp.ConnOpt.Host(cfg.Host),
-		stomp.ConnOpt.HeartBeat(hb, hb),
+		stomp.ConnOpt.HeartBeat(hb, hb/2),
+		stomp.ConnOpt.HeartBeatError(0),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
 		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout),
 		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout),
