@@ -23,9 +23,9 @@ var ErrUnavailable = errors.New("stomp broker unavailable")
 
 // Defaults for Config's zero values.
 const (
-	DefaultHeartBeat       = defaults.StompHeartBeat
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultReceiptTimeout  = 10 * time.Second
+	DefaultHeartBeat      = defaults.StompHeartBeat
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultReceiptTimeout = 10 * time.Second
 	// The broker is asked to beat every half interval, and a connection silent for 1.5
 	// intervals is dropped: within the two intervals STOMP 1.2 heart-beating allows
 	// (https://stomp.github.io/stomp-specification-1.2.html#Heart-beating). ActiveMQ's
