@@ -42,6 +42,10 @@ type Config struct {
 	StompCertFile        string
 	StompKeyFile         string
 	StompTLSInsecureSkip bool
+	// StompHeartBeat is the STOMP heart-beat interval, both ways: a broker that falls
+	// silent (a blackholed path) is noticed within 1.5 of them. 0 means 10 s; negative
+	// turns heart-beats off.
+	StompHeartBeat time.Duration
 	// Destinations to consume ("/queue/x", or "/topic/x" with a durable subscription).
 	Destinations       []string
 	PublishDestination string
@@ -182,6 +186,9 @@ func (c Config) WithDefaults() Config {
 	c.OutboxRetention = defaults.Or(c.OutboxRetention, defaults.OutboxRetention)
 
 	c.ShutdownTimeout = defaults.Or(c.ShutdownTimeout, defaults.ShutdownTimeout)
+	if c.StompHeartBeat == 0 { // negative: off
+		c.StompHeartBeat = defaults.StompHeartBeat
+	}
 	c.StallAfter = defaults.Or(c.StallAfter, defaults.StallAfter)
 	return c
 }
@@ -337,5 +344,5 @@ func (c Config) stomp(tls *stompx.TLS, log *slog.Logger) stompx.Config {
 	if c.StompTLSInsecureSkip {
 		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
 	}
-	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: tls, Logger: log}
+	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: tls, HeartBeat: c.StompHeartBeat, Logger: log}
 }

@@ -91,7 +91,7 @@ func (c assembly) run(ctx context.Context) error {
 		return fmt.Errorf("id-source: %w", err)
 	}
 	sub, err := ingest.New(ingest.Config{
-		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
+		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS, HeartBeat: stompCfg.HeartBeat,
 		Destinations: cfg.Destinations,
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,

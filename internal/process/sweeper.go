@@ -10,6 +10,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/logx"
 )
 
@@ -77,12 +78,13 @@ type Pass struct {
 // ctx ends, Run starts nothing new, gives work under way StopTimeout to finish, then
 // cancels it, and returns nil.
 func (s *Sweeper) Run(ctx context.Context) error {
-	// Work is not cancelled with ctx: it gets StopTimeout to finish first.
-	wctx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	// Work is not cancelled with ctx: it gets StopTimeout to finish first (and never
+	// more than the shutdown budget, lifecycle.Detach).
+	wctx, cancelWork := lifecycle.Detach(ctx)
 	defer cancelWork()
 	var (
 		wg  sync.WaitGroup
-		out = logx.Outage{Log: s.e.log, What: "processing", Level: slog.LevelError}
+		out = logx.Outage{Log: s.e.log, What: "processing", Level: slog.LevelWarn}
 	)
 	for range s.e.cfg.Concurrency {
 		wg.Add(1)

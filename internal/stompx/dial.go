@@ -100,6 +100,24 @@ func (c *Conn) Abort() {
 	_ = c.raw.Close()
 }
 
+// CloseWithin is Close bounded by d: a broker that does not send the DISCONNECT receipt
+// in time (a blackholed path) is abandoned with Abort. For connections whose every
+// frame that matters had its own receipt, as a Publisher's sends do.
+func (c *Conn) CloseWithin(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Close()
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		c.Abort() // the Close under way then fails at once
+	}
+}
+
 // Close disconnects politely: the DISCONNECT receipt proves that the broker processed
 // every frame sent before it (acks included). It falls back to Abort on failure.
 func (c *Conn) Close() error {

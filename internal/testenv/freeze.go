@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// FreezeProxy is a TCP proxy that can freeze: it then stops forwarding in both
+// FreezeProxy is a TCP proxy that can freeze, or cut. Frozen, it it then stops forwarding in both
 // directions without closing anything, as a blackholed network path or a paused VM
 // does. The connections stay open and silent, the bytes sent meanwhile wait in the proxy
 // and the kernel's buffers, and new connections are accepted but not forwarded. Thaw
-// forwards again what waited.
+// forwards again what waited. Cut is an outage that is seen: every connection is
+// closed, and new ones are closed at once, until Restore.
 type FreezeProxy struct {
 	Addr   string
 	target string
@@ -20,6 +21,7 @@ type FreezeProxy struct {
 	thawed chan struct{} // closed while forwarding; a fresh one while frozen
 	conns  map[net.Conn]struct{}
 	closed bool
+	cut    bool
 	wg     sync.WaitGroup
 }
 
@@ -90,9 +92,31 @@ func (p *FreezeProxy) wait() bool {
 	}
 }
 
+// Cut closes every connection and refuses new ones (accepted, then closed) until
+// Restore, as a database or broker that is down does.
+func (p *FreezeProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Restore ends a Cut.
+func (p *FreezeProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
 func (p *FreezeProxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cut {
+		_ = c.Close()
+		return true // the listener goes on
+	}
 	if p.closed {
 		_ = c.Close()
 		return false
@@ -126,7 +150,15 @@ func (p *FreezeProxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	if !p.track(upstream) {
+	p.mu.Lock()
+	cut := p.cut || p.closed
+	if !cut {
+		p.conns[upstream] = struct{}{}
+	}
+	p.mu.Unlock()
+	if cut {
+		_ = upstream.Close()
+		_ = client.Close()
 		return
 	}
 	done := make(chan struct{}, 2)
