@@ -181,7 +181,9 @@ func (c assembly) run(ctx context.Context) error {
 	log.Info("inboxd running", "destinations", cfg.Destinations, "api", httpAddr(cfg), "webhook", webhookAddr(cfg))
 	err = lifecycle.Run(ctx, log, cfg.ShutdownTimeout, intake, work, serving)
 	if errors.Is(err, lifecycle.ErrShutdownTimeout) {
-		log.Error("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
+		// WARN: nothing is lost (a dependency that hangs is the usual cause), and nobody
+		// needs to act.
+		log.Warn("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
 			"shutdown_timeout", cfg.ShutdownTimeout)
 		return err
 	}

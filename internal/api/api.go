@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,7 @@ import (
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 )
@@ -103,6 +105,9 @@ type Server struct {
 	e           *echo.Echo
 	log         *slog.Logger
 	admin, read echo.MiddlewareFunc
+
+	readyMu  sync.Mutex
+	readyOut map[string]*logx.Outage // by readiness check; "" is readiness as a whole
 }
 
 // New builds the API. It registers every route; Echo returns the echo instance to serve
@@ -147,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
+	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc, readyOut: map[string]*logx.Outage{}}
 	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
 	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
 	if cfg.AdminToken == "" {

@@ -82,6 +82,7 @@ type Relay struct {
 
 	statsMu   sync.Mutex
 	statsRead time.Time
+	statsOut  logx.Outage
 }
 
 // NewRelay builds a relay. m and log may be nil.
@@ -92,7 +93,8 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg Config, m *metrics.Metrics,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1)}
+	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1),
+		statsOut: logx.Outage{Log: log, What: "outbox stats", Level: slog.LevelWarn}}
 }
 
 // Wake makes the relay run a pass now (or right after the one under way).
@@ -449,10 +451,11 @@ func (r *Relay) refreshGauges(ctx context.Context, force bool) {
 	st, err := ReadStats(ctx, r.pool)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("reading outbox stats", "error", err)
+			r.statsOut.Fail("reading outbox stats failed; the gauges keep their last values", err)
 		}
 		return
 	}
+	r.statsOut.Recovered("reading outbox stats works again")
 	r.m.OutboxUnsent.Set(float64(st.Unsent))
 	r.m.OutboxOldestAge.Set(st.OldestUnsentAge().Seconds())
 }
