@@ -165,9 +165,11 @@ func (c assembly) run(ctx context.Context) error {
 			return hook.Run(ctx, workBudget)
 		}})
 	}
-	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
-	keep := func(d time.Duration) time.Duration { return max(d, 0) } // negative: forever, the pruner's zero
-	if pruner := retention.New(c.pool, retention.Config{Journal: keep(cfg.Retention), Quarantine: keep(cfg.QuarantineRetention)},
+	// On CockroachDB row-level TTL (set by the migrating step) deletes expired rows;
+	// checkRetention warns when it is not the Config's.
+	checkRetention(ctx, c.pool, dialect, cfg, log)
+	keep := retentionOf(cfg) // negative: forever, the pruner's zero
+	if pruner := retention.New(c.pool, retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine},
 		log.With("component", "retention")); !dialect.RowTTL() && pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
