@@ -43,7 +43,7 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 		wg     sync.WaitGroup
 	}
 	failed := make(chan error, 1)
-	// Cancelled when the budget runs out: the work parts detached from their stage's
+	// Cancelled when the budget runs out: the work detached from its stage's
 	// stop (Detach) ends then, so that nothing holds a connection past the stop.
 	hard, expire := context.WithCancel(context.WithoutCancel(ctx))
 	defer expire()
