@@ -32,9 +32,11 @@ const (
 	// beats can arrive up to twice their interval apart (its inactivity monitor writes a
 	// beat only when a check finds nothing written since the one before), so the read
 	// timeout is 1.5 times the widest gap a live broker leaves. go-stomp's read timer is
-	// (the broker's interval, at least ours, + HeartBeatError) × the grace multiple
-	// (go-stomp v3.1.5 conn.go, processLoop), with no added error here: 3 × half.
-	heartBeatGraceMultiple = 3.0
+	// (the broker's interval, at least ours, + HeartBeatError) × the grace multiple, and
+	// it sends its own beats HeartBeatError before the interval it promised (go-stomp
+	// v3.1.5 conn.go, Connect and processLoop): with half an interval as HeartBeatError,
+	// (half + half) × 1.5, and inboxd beats twice as often as ActiveMQ expects.
+	heartBeatGraceMultiple = 1.5
 )
 
 // Config says how to reach the broker.
@@ -194,7 +196,7 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		stomp.ConnOpt.AcceptVersion(stomp.V12),
 		stomp.ConnOpt.Host(cfg.Host),
 		stomp.ConnOpt.HeartBeat(hb, hb/2),
-		stomp.ConnOpt.HeartBeatError(0),
+		stomp.ConnOpt.HeartBeatError(hb / 2),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
 		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout),
 		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout),
