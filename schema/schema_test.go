@@ -14,6 +14,7 @@ import (
 
 // Statements are split on line-ending semicolons, so none may hide inside a literal.
 func TestMigrationsSplit(t *testing.T) {
+	t.Parallel()
 	ms, err := schema.Migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +35,7 @@ func TestMigrationsSplit(t *testing.T) {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t) // migrated once already
 	for i := 0; i < 2; i++ {
 		applied, err := schema.Migrate(context.Background(), db.Pool)
@@ -59,6 +61,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // database succeeds (PostgreSQL's IF NOT EXISTS is not atomic against another session
 // creating the same object), and the schema ends up whole.
 func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	for round := range 3 {

@@ -89,6 +89,7 @@ func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...strin
 }
 
 func TestErrorShape(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	tests := []struct {
 		method, path string
@@ -115,6 +116,7 @@ func TestErrorShape(t *testing.T) {
 }
 
 func TestRequestLogs(t *testing.T) {
+	t.Parallel()
 	const token = "s3cr3t-admin-token"
 	h := newHarness(t, func(c *Config) { c.AdminToken = token })
 	r := h.do(t, "GET", "/admin/events", nil, "Authorization", "Bearer "+token, "X-Request-Id", "req-123")

@@ -16,6 +16,7 @@ import (
 // history (GET /journal/{id}, timeline), and requeues the entry; only the admin token may do it (issue 22,
 // item 5).
 func TestAdminEditAndRetry(t *testing.T) {
+	t.Parallel()
 	const admin, reader = "adm-7c1d", "read-2b9e"
 	h := newHarness(t, func(c *Config) { c.AdminToken, c.ReadToken, c.MaxEventBytes = admin, reader, 256 })
 	ids := seedEvents(t, h.db.Pool, "payment", map[string]any{"amount": "twelve"}, map[string]any{"amount": "1.00"})

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestCommandLine runs Main's help, usage errors and refusals, each with its exit code.
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		args     []string
@@ -50,6 +51,7 @@ func TestCommandLine(t *testing.T) {
 }
 
 func TestChangefeedOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	code, _, errOut := run(t, "changefeed", "status", "-database-url", db.URL)
 	if code != 1 || !strings.Contains(errOut, "need CockroachDB") {
@@ -62,6 +64,7 @@ func TestChangefeedOnPostgreSQL(t *testing.T) {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	for i, want := range []string{"schema is up to date", "schema is up to date"} {
 		code, out, errOut := run(t, "migrate", "-database-url", db.URL)
@@ -72,6 +75,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 }
 
 func TestRetryableAtStart(t *testing.T) {
+	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("migrating: %w", &pgconn.PgError{Code: code}) }
 	tests := []struct {
 		err  error

@@ -86,6 +86,9 @@ const (
 	ProcessBatchSize = 100
 	HandlerTimeout   = 30 * time.Second
 	SweepInterval    = 200 * time.Millisecond
+	// KickLinger: a worker kicked by an ingest commit claims this long after it, with
+	// the commits of that time (process.Config.KickLinger).
+	KickLinger = 20 * time.Millisecond
 	// SweepGrace is how long a RECEIVED event waits for push before the sweeper takes
 	// it: none on PostgreSQL, whose push is in-process and NOTIFY.
 	SweepGrace = 0

@@ -112,6 +112,7 @@ type planCase struct {
 // independent of the journal's size: a change that makes one read the journal fails
 // here rather than in production.
 func TestPlansUseIndexes(t *testing.T) {
+	t.Parallel()
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	tests := []planCase{
@@ -190,6 +191,7 @@ func checkPlan(plan string, want []string, bounded bool) error {
 // the full GROUP BY of /journal/stats, the rates over received_at and processed_at, and
 // a bulk replay batch sorting the whole journal.
 func TestPlanCheckCatchesScans(t *testing.T) {
+	t.Parallel()
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	old := []struct {
@@ -216,6 +218,7 @@ func TestPlanCheckCatchesScans(t *testing.T) {
 // stops at a small bound (issue 27: counting up to 100,001 entries took 208 ms), so that
 // 30,050 entries, well inside what was counted exactly before, are estimated.
 func TestReadStatsLargeJournal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	small := testenv.NewDB(t).Pool
 	if _, err := small.Exec(ctx, `
@@ -281,6 +284,7 @@ func buffersTouched(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) i
 // it must still read a handful of pages through aggregate_head_due; the statement it
 // replaced read every blocked event.
 func TestReadinessIgnoresBacklog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := SeedBlocked(ctx, db.Pool, 5000, 20000); err != nil {
