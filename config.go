@@ -61,6 +61,10 @@ type Config struct {
 	// can read and change messages (INBOXD_STOMP_TLS_INSECURE_SKIP_VERIFY). Defaults to
 	// false.
 	StompTLSInsecureSkip bool
+	// StompHeartBeat is the STOMP heart-beat interval, both ways: a broker that falls
+	// silent (a blackholed path) is noticed within 1.5 of them; -1 turns heart-beats
+	// off (INBOXD_STOMP_HEART_BEAT). Defaults to 10s.
+	StompHeartBeat time.Duration
 	// Destinations are consumed: "/queue/x", or "/topic/x" with a durable subscription
 	// (INBOXD_DESTINATION, comma-separated). Defaults to "/queue/registrations".
 	Destinations []string
@@ -289,6 +293,9 @@ func (c Config) WithDefaults() Config {
 	c.OutboxRetention = defaults.Or(c.OutboxRetention, defaults.OutboxRetention)
 
 	c.ShutdownTimeout = defaults.Or(c.ShutdownTimeout, defaults.ShutdownTimeout)
+	if c.StompHeartBeat == 0 { // negative: off
+		c.StompHeartBeat = defaults.StompHeartBeat
+	}
 	c.StallAfter = defaults.Or(c.StallAfter, defaults.StallAfter)
 	return c
 }
@@ -450,5 +457,5 @@ func (c Config) stomp(tls *stompx.TLS, log *slog.Logger) stompx.Config {
 	if c.StompTLSInsecureSkip {
 		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
 	}
-	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: tls, Logger: log}
+	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: tls, HeartBeat: c.StompHeartBeat, Logger: log}
 }

@@ -92,7 +92,7 @@ func (c assembly) run(ctx context.Context) error {
 		return fmt.Errorf("id-source: %w", err)
 	}
 	sub, err := ingest.New(ingest.Config{
-		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
+		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS, HeartBeat: stompCfg.HeartBeat,
 		Destinations: cfg.Destinations,
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
@@ -166,9 +166,11 @@ func (c assembly) run(ctx context.Context) error {
 			return hook.Run(ctx, workBudget)
 		}})
 	}
-	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
-	keep := func(d time.Duration) time.Duration { return max(d, 0) } // negative: forever, the pruner's zero
-	if pruner := retention.New(c.pool, retention.Config{Journal: keep(cfg.Retention), Quarantine: keep(cfg.QuarantineRetention)},
+	// On CockroachDB row-level TTL (set by the migrating step) deletes expired rows;
+	// checkRetention warns when it is not the Config's.
+	checkRetention(ctx, c.pool, dialect, cfg, log)
+	keep := retentionOf(cfg) // negative: forever, the pruner's zero
+	if pruner := retention.New(c.pool, retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine},
 		log.With("component", "retention")); !dialect.RowTTL() && pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
@@ -182,7 +184,9 @@ func (c assembly) run(ctx context.Context) error {
 	log.Info("inboxd running", "destinations", cfg.Destinations, "api", httpAddr(cfg), "webhook", webhookAddr(cfg))
 	err = lifecycle.Run(ctx, log, cfg.ShutdownTimeout, intake, work, serving)
 	if errors.Is(err, lifecycle.ErrShutdownTimeout) {
-		log.Error("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
+		// WARN: nothing is lost (a dependency that hangs is the usual cause), and nobody
+		// needs to act.
+		log.Warn("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
 			"shutdown_timeout", cfg.ShutdownTimeout)
 		return err
 	}

@@ -69,7 +69,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 	}
-	defer pool.Close()
+	// Bounded: a pool on a database that does not answer is abandoned, not waited for.
+	defer closeWithin("the database pool", exitBudget/2, log, pool.Close)
 	return serve(ctx, e, pool, cfg, log)
 }
 
@@ -90,7 +91,7 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 	}
 	defer func() {
 		// Bounded: a collector that is down must not hold the exit.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitBudget/2)
 		defer cancel()
 		if serr := shutdown(sctx); serr != nil {
 			log.Warn("flushing spans at exit", "err", serr)

@@ -136,6 +136,7 @@ func settings(c *Config) []setting {
 		{"stomp-addr", "INBOXD_STOMP_ADDR", "ActiveMQ STOMP address host:port", defaults.StompAddr, str(&c.StompAddr)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
 		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)", "", str(&c.StompPasscode)},
+		{"stomp-heart-beat", "INBOXD_STOMP_HEART_BEAT", "STOMP heart-beat interval both ways; a silent broker is noticed within 1.5 intervals (negative: off)", short(defaults.StompHeartBeat), dur(&c.StompHeartBeat)},
 		{"stomp-passcode-file", "INBOXD_STOMP_PASSCODE_FILE", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)", "", str(&c.StompPasscodeFile)},
 		{"stomp-tls", "INBOXD_STOMP_TLS", "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext", "false", boolean(&c.StompTLS)},
 		{"stomp-ca-file", "INBOXD_STOMP_CA_FILE", "PEM CA bundle that signs the broker's certificate (empty: the system pool)", "", str(&c.StompCAFile)},

@@ -23,14 +23,15 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
 	"internal/journal/lockHeads":      builtPrefix("ClaimHeads/"),
 	// SET LOCAL statement_timeout = <milliseconds>, on every processing transaction.
-	"internal/process/setTimeouts": one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
-	"internal/feed/create":         feedCreates,
-	"internal/feed/Pause":          one("PauseJobSQL", feed.PauseJobSQL(1234)),
-	"internal/feed/Resume":         one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
-	"internal/feed/Cancel":         one("CancelJobSQL", feed.CancelJobSQL(1234)),
-	"internal/feed/EnableTTL":      feedBuildTTL,
-	"internal/feed/ApplyRetention": feedTTL,
-	"schema/migrateOnce":           nil, // the migrations, checked as their own group
+	"internal/process/setTimeouts":   one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
+	"internal/feed/create":           feedCreates,
+	"internal/feed/Pause":            one("PauseJobSQL", feed.PauseJobSQL(1234)),
+	"internal/feed/Resume":           one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
+	"internal/feed/Cancel":           one("CancelJobSQL", feed.CancelJobSQL(1234)),
+	"internal/feed/EnableTTL":        feedBuildTTL,
+	"internal/feed/ApplyRetention":   feedTTL,
+	"internal/feed/RetentionInForce": feedTTL,
+	"schema/migrateOnce":             nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
@@ -92,7 +93,8 @@ func one(name, sql string) func() []journal.Statement {
 
 func feedTTL() []journal.Statement {
 	var out []journal.Statement
-	for _, r := range []feed.Retention{{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, {}} {
+	// The defaults, none, and an embedder's own (Config.Retention, QuarantineRetention).
+	for _, r := range []feed.Retention{{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, {}, {Journal: 72 * time.Hour, Quarantine: 14 * 24 * time.Hour}} {
 		stmts, err := feed.RetentionStatements(r)
 		if err != nil {
 			panic(err)
@@ -101,7 +103,9 @@ func feedTTL() []journal.Statement {
 			out = append(out, journal.Statement{Name: "RetentionStatements", SQL: st})
 		}
 	}
-	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"})
+	// ApplyRetention and RetentionInForce (Run's check) read the definitions with it.
+	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"},
+		journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE quarantine]"})
 }
 
 func feedBuildTTL() []journal.Statement {
