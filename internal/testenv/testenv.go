@@ -87,6 +87,8 @@ type DBOptions struct {
 	// SERIALIZABLE is CockroachDB's default, so the CockroachDB-faithful profile runs the
 	// processing tests with INBOXD_TEST_DEFAULT_ISOLATION=serializable (make test-crdb-profile).
 	Isolation string
+	// Empty leaves the database unmigrated, for tests of migrating itself.
+	Empty bool
 }
 
 // ReadRetrying runs read, a test's own read of the database, again while it fails with
@@ -183,6 +185,9 @@ func NewDBWith(t testing.TB, opts DBOptions) *DB {
 		t.Fatalf("connecting to %s: %v", name, err)
 	}
 	t.Cleanup(pool.Close)
+	if opts.Empty {
+		return &DB{URL: dbURL, Pool: pool}
+	}
 	if _, err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatalf("migrating %s: %v", name, err)
 	}
