@@ -117,6 +117,14 @@ type Config struct {
 
 	ShutdownTimeout time.Duration
 	StallAfter      time.Duration
+
+	// MigrateAtStart makes Run apply inboxd's pending migrations when it starts, under the
+	// migration lock, which needs the schema owner's rights (DDL). Default false: Run
+	// changes no schema and only checks that the database's is one this release serves
+	// (behind, or ahead by migrations that contract it, is refused), so that a role with
+	// SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first with Migrate or
+	// "inboxd migrate". Command line: INBOXD_MIGRATE=auto.
+	MigrateAtStart bool
 }
 
 // MaxBatchSize is the largest BatchSize: one ingest batch numbers its rows inside one

@@ -119,16 +119,16 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// serves_from (added after the table, so that the releases before it, which insert
-	// only version and name, keep working): see Migration.ServesFrom.
-	for _, stmt := range []string{`CREATE TABLE IF NOT EXISTS schema_migrations (
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INT         PRIMARY KEY,
 		name       TEXT        NOT NULL,
-		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
-		`ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS serves_from INT`} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("creating schema_migrations: %w", err)
-		}
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	// serves_from (see Migration.ServesFrom) is added after the table, so that releases
+	// before it, which insert only version and name, keep working beside this one.
+	if _, err := conn.Exec(ctx, `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS serves_from INT`); err != nil {
+		return nil, fmt.Errorf("adding schema_migrations.serves_from: %w", err)
 	}
 	recorded, err := readApplied(ctx, conn)
 	if err != nil {
