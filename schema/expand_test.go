@@ -1,13 +1,12 @@
 package schema_test
 
 import (
-	"bufio"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/inboxd/inboxd/internal/release"
 	"github.com/inboxd/inboxd/schema"
 )
 
@@ -78,43 +77,17 @@ func TestContractingClassifier(t *testing.T) {
 	}
 }
 
-// lastRelease reads the last line of RELEASES: its version and last migration.
-func lastRelease(t *testing.T) (version string, lastMigration int) {
-	t.Helper()
-	f, err := os.Open("../RELEASES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) < 3 {
-			t.Fatalf("RELEASES: %q: want version, commit, last migration", line)
-		}
-		n, err := strconv.Atoi(fields[2])
-		if err != nil {
-			t.Fatalf("RELEASES: %q: last migration: %v", line, err)
-		}
-		version, lastMigration = fields[0], n
-	}
-	if version == "" {
-		t.Fatal("RELEASES lists no release")
-	}
-	return version, lastMigration
-}
-
 // Every migration after the last release's only expands the schema (the expand-only
 // rule, README "Deploying"): the previous release runs on it during a rolling upgrade.
 // A contracting migration must be marked "-- inboxd:contract" and named in
 // CHANGELOG.md, where its release says it contracts. It fails on 0016 (DROP INDEX)
 // when RELEASES is made to end at 0015.
 func TestMigrationsExpandOnly(t *testing.T) {
-	version, last := lastRelease(t)
+	rel, err := release.Last("../RELEASES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, last := rel.Version, rel.LastMigration
 	changelog, err := os.ReadFile("../CHANGELOG.md")
 	if err != nil {
 		t.Fatal(err)

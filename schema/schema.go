@@ -4,6 +4,12 @@
 // IF NOT EXISTS so that applying it twice (after a crash before it was recorded) is
 // harmless. Migrate applies them under one lock; Check reads, without DDL, whether a
 // database's schema is the one this release serves.
+//
+// The expand-only rule: a migration numbered after the last release's (RELEASES) adds
+// tables, nullable or defaulted columns and indexes only, so that the previous release
+// keeps running on the new schema during a rolling upgrade. A release that must drop,
+// rename or retype something says so in CHANGELOG.md, and its migration carries
+// "-- inboxd:contract" (TestMigrationsExpandOnly holds both).
 package schema
 
 import (
