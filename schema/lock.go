@@ -58,19 +58,19 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, 
 	return fn(ctx, conn)
 }
 
-// The lease row of CockroachDB's migration lock (one row, id 1), in one place.
+// The lease row of CockroachDB's migration lock (one row, named migrate), in one place.
 const (
 	leaseTableSQL = `CREATE TABLE IF NOT EXISTS schema_migration_lock (
-		id         INT         PRIMARY KEY,
+		name       TEXT        PRIMARY KEY,
 		holder     TEXT        NOT NULL,
 		expires_at TIMESTAMPTZ NOT NULL)`
 	// Taken when free, expired, or already ours.
-	takeLeaseSQL = `INSERT INTO schema_migration_lock AS l (id, holder, expires_at) VALUES (1, $1, now() + $2::INTERVAL)
-		ON CONFLICT (id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+	takeLeaseSQL = `INSERT INTO schema_migration_lock AS l (name, holder, expires_at) VALUES ('migrate', $1, now() + $2::INTERVAL)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
 		WHERE l.expires_at < now() OR l.holder = excluded.holder
 		RETURNING holder`
-	renewLeaseSQL   = `UPDATE schema_migration_lock SET expires_at = now() + $2::INTERVAL WHERE id = 1 AND holder = $1`
-	releaseLeaseSQL = `DELETE FROM schema_migration_lock WHERE id = 1 AND holder = $1`
+	renewLeaseSQL   = `UPDATE schema_migration_lock SET expires_at = now() + $2::INTERVAL WHERE name = 'migrate' AND holder = $1`
+	releaseLeaseSQL = `DELETE FROM schema_migration_lock WHERE name = 'migrate' AND holder = $1`
 )
 
 // ErrLeaseLost is returned when a migrator's lease was taken by another before it

@@ -71,7 +71,7 @@ func TestLeaseExpiresAndIsLost(t *testing.T) {
 	// The holder's lease is stolen (as after a pause longer than the lease): its next
 	// renewal cancels its work.
 	err := schema.WithLease(ctx, db.Pool, 600*time.Millisecond, func(ctx context.Context) error {
-		if _, err := db.Pool.Exec(ctx, `UPDATE schema_migration_lock SET holder = 'thief' WHERE id = 1`); err != nil {
+		if _, err := db.Pool.Exec(ctx, `UPDATE schema_migration_lock SET holder = 'thief' WHERE name = 'migrate'`); err != nil {
 			return err
 		}
 		<-ctx.Done()

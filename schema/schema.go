@@ -173,7 +173,7 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
 				return done, fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, serves_from) VALUES ($1, $2, $3)
+		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, serves_from) VALUES ($1, $2, $3::INT)
 			ON CONFLICT (version) DO NOTHING`, m.Version, m.Name, m.ServesFrom); err != nil {
 			return done, fmt.Errorf("recording migration %s: %w", m.Name, err)
 		}
