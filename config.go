@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/defaults"
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -268,6 +269,12 @@ func (c Config) validate() (*stompx.TLS, error) {
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		problems = append(problems, "cert-file and key-file go together")
+	}
+	if !c.DisableWebhook {
+		// What inboxd changefeed create would refuse, said at start.
+		if _, err := feed.ParseSinkURL(c.WebhookURL); err != nil {
+			problems = append(problems, "webhook-url: "+strings.TrimPrefix(err.Error(), feed.ErrInvalidOptions.Error()+": "))
+		}
 	}
 	if len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}

@@ -61,7 +61,8 @@ type Config struct {
 	// default, so that no door publishes into a program's events unless it opens one.
 	Extensions []Extension
 	// AdminToken, when set, guards /admin/* (and the journal reads) with
-	// "Authorization: Bearer <token>". Unset, /admin/* is served to localhost only.
+	// "Authorization: Bearer <token>". Unset, /admin/* is served to localhost only, or
+	// to nobody when ReadToken is set.
 	AdminToken string
 	// ReadToken, when set, guards the journal reads (/journal/*, personal data) with
 	// "Authorization: Bearer <token>"; the admin token is accepted too. Unset (and no
@@ -148,13 +149,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
-	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken}, Log: s.log}.Middleware()
-	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken}, Log: s.log}.Middleware()
-	if cfg.AdminToken == "" {
+	// Once any token is set, no route that reads or changes data is served without one:
+	// with a read token alone, /admin has no token of its own and is refused to
+	// everyone (the read token does not open it), localhost included.
+	anyToken := cfg.AdminToken != "" || cfg.ReadToken != ""
+	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken},
+		RefuseWithoutToken: anyToken, Log: s.log}.Middleware()
+	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken},
+		RefuseWithoutToken: anyToken, Log: s.log}.Middleware()
+	switch {
+	case !anyToken:
 		s.log.Warn("no admin token: /admin is served to localhost only; set INBOXD_ADMIN_TOKEN for remote access")
-	}
-	if cfg.ReadToken == "" && cfg.AdminToken == "" {
 		s.log.Info("no read token: /journal is served to localhost only; set INBOXD_READ_TOKEN for remote access")
+	case cfg.AdminToken == "":
+		s.log.Warn("a read token but no admin token: /admin is refused to everyone, localhost included; set INBOXD_ADMIN_TOKEN to use it")
 	}
 
 	e := echo.New()
@@ -163,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	e.IPExtractor = cfg.IPExtractor
 	e.HTTPErrorHandler = s.handleError
 	cfg.Limits.Apply(e.Server)
-	e.StdLogger = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn) // becomes http.Server.ErrorLog
+	e.StdLogger = httpsec.ErrorLog(s.log) // becomes http.Server.ErrorLog: slog, rate-limited
 	// Hand-written rather than echo/middleware, which would pull golang.org/x/time into go.mod.
 	e.Use(setRequestID, httpsec.SecurityHeaders, s.logRequests, s.recoverPanics, limitBody(cfg.MaxBodyBytes))
 	// Every POST demands Content-Type: application/json (415 otherwise): that is what
@@ -211,7 +219,8 @@ func New(cfg Config) (*Server, error) {
 }
 
 // AdminAccess is the access check of /admin/*, for other route groups that change
-// state (e.g. a console's actions): the admin token, or localhost when none is set.
+// state (e.g. a console's actions): the admin token, or localhost when no token at
+// all is set.
 func (s *Server) AdminAccess() echo.MiddlewareFunc { return s.admin }
 
 // ReadAccess is the access check of /journal/*, for other route groups that show

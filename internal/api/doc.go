@@ -1,6 +1,11 @@
-// Package api is inboxd's REST API: the demo registration producer, journal queries
-// and statistics, operator actions (retry, replay, quarantine download and reinjection),
-// health, readiness, metrics and the OpenAPI document that describes all of them.
+// Package api is inboxd's REST API server: journal queries and statistics, operator
+// actions (retry, replay, skip, edit-and-retry, quarantine download and reinjection),
+// health, readiness, metrics and the OpenAPI document that describes all of them. Routes
+// of a program's own (the demo's POST /registration) are mounted as Extensions.
+//
+// Access: /admin/* needs the admin token, /journal/* the read or admin token; with no
+// token set at all, both are served to this machine only, and with a read token alone,
+// /admin/* is served to nobody (package httpsec, and SECURITY.md).
 //
 // Every response is JSON, and every error is {"error": "...", "detail": ...}, Echo's own
 // 404 and 405 included. Listings use keyset pagination on sequence_no (on received_at

@@ -11,9 +11,12 @@
 // them, generated secrets such as webhook-token (0600, see Secret).
 //
 // Permissions: Dir itself is tightened to 0700 when it is more open (Bundle.Tightened
-// says so). A private key or secret that group or others may read is refused, not
-// tightened or reused: it may already have been copied, so the operator decides
-// (chmod 600 to keep it, or delete it to have a new one generated), as ssh does.
+// says so). A private key or secret in Dir that group or others may read is refused,
+// not tightened or reused: inboxd wrote it 0600, so someone widened it and it may
+// already have been copied; the operator decides (chmod 600 to keep it, or delete it
+// to have a new one generated), as ssh does. An operator's KeyFile follows the rule of
+// every secret file an operator names (secretfile.Read): refused when every user can
+// read it.
 package certs
 
 import (
@@ -36,6 +39,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/secretfile"
 )
 
 // File names inside Config.Dir.
@@ -81,8 +86,11 @@ type Bundle struct {
 	Tightened []string
 }
 
-// ErrLoosePermissions is wrapped by the error for a key or secret file that group or
-// others can read.
+// maxPEMBytes bounds an operator's key file: a PEM key is a few KiB.
+const maxPEMBytes = 1 << 20
+
+// ErrLoosePermissions is wrapped by the error for a key or secret file in Dir (files
+// inboxd generated, 0600) that group or others can read.
 var ErrLoosePermissions = errors.New("readable by group or others")
 
 // DefaultHosts are localhost, 127.0.0.1, ::1 and the machine's host name (in Docker,
@@ -125,9 +133,19 @@ func loadGiven(cfg Config) (*Bundle, error) {
 	if cfg.CertFile == "" || cfg.KeyFile == "" {
 		return nil, errors.New("certs: certificate and key files go together")
 	}
-	pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	// The operator's key follows the rule of every secret file an operator names
+	// (secretfile.Read): a world-readable one is refused, as the broker's is.
+	keyPEM, err := secretfile.Read(cfg.KeyFile, maxPEMBytes)
 	if err != nil {
-		return nil, fmt.Errorf("loading certificate %s: %w", cfg.CertFile, err)
+		return nil, fmt.Errorf("webhook TLS key: %w", err)
+	}
+	certPEM, err := os.ReadFile(cfg.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading certificate %s: %w", cfg.CertFile, err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading certificate %s with key %s: %w", cfg.CertFile, cfg.KeyFile, err)
 	}
 	b := &Bundle{TLSConfig: serverConfig(pair), Leaf: pair.Leaf}
 	if cfg.CAFile != "" {

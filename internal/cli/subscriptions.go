@@ -50,12 +50,15 @@ func runSubscriptions(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	// The configured pool and dialer, as every command: the password file, and the
+	// broker's TLS (a plaintext CONNECT would carry the passcode in clear).
+	pool, err := openPool(ctx, cfg, 0)
 	if err != nil {
-		return fmt.Errorf("connecting to the database: %w", err)
+		return err
 	}
 	defer pool.Close()
-	broker := stompx.Config{Addr: cfg.StompAddr, Login: cfg.StompLogin, Passcode: cfg.StompPasscode, DialTimeout: 5 * time.Second}
+	broker := cfg.Stomp(nil)
+	broker.DialTimeout = 5 * time.Second
 	if action == "list" {
 		if fs.NArg() != 0 {
 			return fmt.Errorf("list takes no arguments, got %q", fs.Args())

@@ -29,13 +29,16 @@ type Config struct {
 	DatabaseURL string
 
 	// Secrets from files (Docker/Kubernetes *_FILE convention), read once by Validate
-	// into StompPasscode, DatabasePassword, AdminToken and WebhookToken.
+	// into StompPasscode, DatabasePassword, AdminToken, ReadToken and WebhookToken.
 	StompPasscodeFile    string
 	DatabasePasswordFile string
 	DatabasePassword     string // from DatabasePasswordFile; applied by PoolConfig and ConnConfig
 	AdminTokenFile       string
-	WebhookTokenFile     string
-	secretsLoaded        bool
+	// ReadTokenFile holds the read token (INBOXD_READ_TOKEN_FILE, -read-token-file;
+	// default empty: none).
+	ReadTokenFile    string
+	WebhookTokenFile string
+	secretsLoaded    bool
 
 	// StompTLSConfig is what Validate loads from the Stomp* TLS files; nil when StompTLS
 	// is off.
@@ -148,6 +151,7 @@ func settings(c *Config) []setting {
 		{"admin-token", "INBOXD_ADMIN_TOKEN", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)", "", str(&c.AdminToken)},
 		{"admin-token-file", "INBOXD_ADMIN_TOKEN_FILE", "file holding the admin token (not world-readable)", "", str(&c.AdminTokenFile)},
 		{"read-token", "INBOXD_READ_TOKEN", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)", "", str(&c.ReadToken)},
+		{"read-token-file", "INBOXD_READ_TOKEN_FILE", "file holding the read token (not world-readable)", "", str(&c.ReadTokenFile)},
 		{"webhook-addr", "INBOXD_WEBHOOK_ADDR", "changefeed webhook HTTPS listen address (empty: webhook off)", defaults.WebhookAddr, addr(&c.WebhookAddr, &c.DisableWebhook)},
 		{"webhook-token", "INBOXD_WEBHOOK_TOKEN", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses", "", str(&c.WebhookToken)},
 		{"webhook-token-file", "INBOXD_WEBHOOK_TOKEN_FILE", "file holding the webhook token (not world-readable)", "", str(&c.WebhookTokenFile)},

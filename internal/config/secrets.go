@@ -4,16 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/secretfile"
 	"github.com/inboxd/inboxd/internal/stompx"
 )
 
@@ -22,32 +21,12 @@ const maxSecretBytes = 64 << 10
 
 // ReadSecretFile reads a secret from path, after the Docker and Kubernetes convention
 // (INBOXD_X_FILE next to INBOXD_X): one trailing newline (\n or \r\n) is trimmed. It
-// refuses a file every local user can read, anything but a regular file, an empty
-// secret, and one larger than 64 KiB.
+// refuses what secretfile.Read refuses (a file every local user can read, anything but
+// a regular file, one larger than 64 KiB), and an empty secret.
 func ReadSecretFile(path string) (string, error) {
-	f, err := os.Open(path)
+	b, err := secretfile.Read(path, maxSecretBytes)
 	if err != nil {
 		return "", err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if !fi.Mode().IsRegular() {
-		// A FIFO would block start forever.
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Mode().Perm()&0o004 != 0 {
-		return "", fmt.Errorf("%s is readable by every user (mode %04o); restrict it, e.g. chmod 600 %s (Kubernetes: defaultMode 0400)",
-			path, fi.Mode().Perm(), path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretBytes+1))
-	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(b) > maxSecretBytes {
-		return "", fmt.Errorf("%s is larger than %d bytes: not a secret", path, maxSecretBytes)
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if s == "" {
@@ -70,6 +49,7 @@ func (c *Config) loadSecrets() []string {
 	}{
 		{"stomp-passcode", c.StompPasscodeFile, &c.StompPasscode},
 		{"admin-token", c.AdminTokenFile, &c.AdminToken},
+		{"read-token", c.ReadTokenFile, &c.ReadToken},
 		{"webhook-token", c.WebhookTokenFile, &c.WebhookToken},
 		{"database-password", c.DatabasePasswordFile, &c.DatabasePassword},
 	} {
@@ -166,7 +146,7 @@ func (c *Config) SecretsOnCommandLine(fs *flag.FlagSet) []string {
 	var names []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "stomp-passcode", "admin-token", "webhook-token":
+		case "stomp-passcode", "admin-token", "read-token", "webhook-token":
 			names = append(names, "-"+f.Name)
 		case "database-url":
 			if urlHasPassword(c.DatabaseURL) {

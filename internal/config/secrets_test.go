@@ -85,6 +85,33 @@ func TestSecretsFromFiles(t *testing.T) {
 				return map[string]string{"INBOXD_ADMIN_TOKEN": "x", "INBOXD_ADMIN_TOKEN_FILE": secretFile(t, "y", 0o600)}
 			},
 			wantErr: []string{"admin-token and admin-token-file are both set"}},
+		// Issue 28, item 6: the read token had no _FILE variant, unlike every other secret.
+		{name: "read token file",
+			env: func(t *testing.T) map[string]string {
+				return map[string]string{"INBOXD_READ_TOKEN_FILE": secretFile(t, "r34d\n", 0o600)}
+			},
+			check: func(t *testing.T, c *Config) {
+				if c.ReadToken != "r34d" {
+					t.Errorf("read token = %q", c.ReadToken)
+				}
+			}},
+		{name: "read token file flag",
+			args: func(t *testing.T) []string { return []string{"-read-token-file", secretFile(t, "r34d", 0o400)} },
+			check: func(t *testing.T, c *Config) {
+				if c.ReadToken != "r34d" {
+					t.Errorf("read token = %q", c.ReadToken)
+				}
+			}},
+		{name: "world-readable read token file",
+			env: func(t *testing.T) map[string]string {
+				return map[string]string{"INBOXD_READ_TOKEN_FILE": secretFile(t, "r34d", 0o644)}
+			},
+			wantErr: []string{"read-token-file", "readable by every user"}},
+		{name: "read token value and file",
+			env: func(t *testing.T) map[string]string {
+				return map[string]string{"INBOXD_READ_TOKEN": "x", "INBOXD_READ_TOKEN_FILE": secretFile(t, "y", 0o600)}
+			},
+			wantErr: []string{"read-token and read-token-file are both set"}},
 		{name: "empty file",
 			env: func(t *testing.T) map[string]string {
 				return map[string]string{"INBOXD_WEBHOOK_TOKEN_FILE": secretFile(t, "\n", 0o600)}

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
 )
@@ -81,6 +82,9 @@ type console struct {
 // Register mounts the console under Prefix on e, the API's Echo instance, so that every
 // middleware of the API applies to it too.
 func Register(e *echo.Echo, cfg Config) error {
+	// The pages hold no data and are served without a token: the sink URL is shown as
+	// /journal/stats shows it, without credentials or certificate parameters.
+	cfg.WebhookURL = feed.RedactSinkURI(cfg.WebhookURL)
 	c := &console{cfg: cfg, tmpl: map[string]*template.Template{}}
 	funcs := template.FuncMap{"dur": func(d time.Duration) string { return d.String() }}
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")

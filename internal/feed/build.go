@@ -145,41 +145,45 @@ func (s SinkURL) String() string {
 // webhook-https://host[:port][/path]: no credentials, query (the builder adds ca_cert and
 // friends itself) or fragment.
 func ParseSinkURL(raw string) (SinkURL, error) {
+	shown := RedactSinkURI(strings.TrimSpace(raw)) // errors are logged: no credentials in them
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
-		return SinkURL{}, invalid("sink URL %q: %v", raw, err)
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // without the URL itself
+		}
+		return SinkURL{}, invalid("sink URL %q: %v", shown, err)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case SchemeWebhookHTTPS:
 	case "https", "webhook-http", "http":
-		return SinkURL{}, invalid("sink URL %q: scheme must be %s:// (CockroachDB's webhook sink requires https and its own scheme name)", raw, SchemeWebhookHTTPS)
+		return SinkURL{}, invalid("sink URL %q: scheme must be %s:// (CockroachDB's webhook sink requires https and its own scheme name)", shown, SchemeWebhookHTTPS)
 	default:
-		return SinkURL{}, invalid("sink URL %q: scheme must be %s://", raw, SchemeWebhookHTTPS)
+		return SinkURL{}, invalid("sink URL %q: scheme must be %s://", shown, SchemeWebhookHTTPS)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return SinkURL{}, invalid("sink URL %q: missing host", raw)
+		return SinkURL{}, invalid("sink URL %q: missing host", shown)
 	}
 	if u.User != nil {
-		return SinkURL{}, invalid("sink URL %q: credentials in the URL are not allowed; use the auth header", raw)
+		return SinkURL{}, invalid("sink URL %q: credentials in the URL are not allowed; use the auth header", shown)
 	}
 	if u.RawQuery != "" || u.ForceQuery {
-		return SinkURL{}, invalid("sink URL %q: query parameters are not allowed; CA and TLS settings are separate options", raw)
+		return SinkURL{}, invalid("sink URL %q: query parameters are not allowed; CA and TLS settings are separate options", shown)
 	}
 	if u.Fragment != "" || strings.Contains(raw, "#") {
-		return SinkURL{}, invalid("sink URL %q: fragment not allowed", raw)
+		return SinkURL{}, invalid("sink URL %q: fragment not allowed", shown)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return SinkURL{}, invalid("sink URL %q: missing host", raw)
+		return SinkURL{}, invalid("sink URL %q: missing host", shown)
 	}
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return SinkURL{}, invalid("sink URL %q: bad port %q", raw, p)
+			return SinkURL{}, invalid("sink URL %q: bad port %q", shown, p)
 		}
 	}
 	if strings.ContainsAny(u.Host, " '\"\\") {
-		return SinkURL{}, invalid("sink URL %q: bad host", raw)
+		return SinkURL{}, invalid("sink URL %q: bad host", shown)
 	}
 	path := u.EscapedPath()
 	if path == "" {

@@ -7,14 +7,21 @@
 // a request must carry one of them, from anywhere. With none configured, the group is
 // served to the local machine only: the TCP peer must be a loopback address, the request
 // must name a loopback Host (so a DNS-rebinding page cannot reach it through a browser
-// on the same machine), and it must carry no proxy headers (a reverse proxy on the same
-// host would otherwise make every remote client look local).
+// on the same machine), and it must carry no forwarding or client-address header
+// (Forwarded, Via, X-Forwarded-*, X-Real-IP, CF-Connecting-IP and the like: a reverse
+// proxy on the same host would otherwise make every remote client look local). A group
+// with RefuseWithoutToken serves nobody until it has a token of its own.
+//
+// Secrets (bearer tokens, the webhook's Authorization header) are compared by Secret:
+// as SHA-256 hashes in constant time, so that neither their bytes nor their length leak
+// through timing. No other comparison of secrets exists in inboxd.
 package httpsec
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"mime"
 	"net"
@@ -46,6 +53,11 @@ type Guard struct {
 	// Tokens are accepted as "Authorization: Bearer <token>"; empty ones are ignored.
 	// With none, only local requests are served (see the package doc).
 	Tokens []string
+	// RefuseWithoutToken makes a group with no token of its own refuse every request,
+	// local ones included. Set it when the server has tokens for other groups: once an
+	// operator sets any token, no route that reads or changes data may be served
+	// without one.
+	RefuseWithoutToken bool
 	// Log receives refusals, rate-limited; default: discarded.
 	Log *slog.Logger
 }
@@ -53,10 +65,10 @@ type Guard struct {
 // Middleware returns the guard as Echo middleware, for e.Group(prefix, g.Middleware()) or
 // per route.
 func (g Guard) Middleware() echo.MiddlewareFunc {
-	var sums [][sha256.Size]byte
+	var secrets []Secret
 	for _, t := range g.Tokens {
 		if t != "" {
-			sums = append(sums, sha256.Sum256([]byte(t)))
+			secrets = append(secrets, NewSecret(t))
 		}
 	}
 	log := g.Log
@@ -67,7 +79,15 @@ func (g Guard) Middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if len(sums) == 0 {
+			if len(secrets) == 0 && g.RefuseWithoutToken {
+				if ok, dropped := limit.Allow(g.Realm + " closed"); ok {
+					log.Warn("request refused: this route group has no token configured, and other groups have one",
+						"realm", g.Realm, "remote", req.RemoteAddr, "refusals_not_logged", dropped)
+				}
+				return &Denied{Status: http.StatusForbidden, Msg: "forbidden",
+					Detail: fmt.Sprintf("%s is not set: with a token configured on the server, these routes are served to nobody without their own token; set %s", g.EnvVar, g.EnvVar)}
+			}
+			if len(secrets) == 0 {
 				if why := notLocal(req); why != "" {
 					if ok, dropped := limit.Allow(g.Realm + " local"); ok {
 						log.Warn("request refused: no token configured and the request is not local",
@@ -78,7 +98,7 @@ func (g Guard) Middleware() echo.MiddlewareFunc {
 				}
 				return next(c)
 			}
-			if bearerMatches(req.Header.Get(echo.HeaderAuthorization), sums) {
+			if bearerMatches(req.Header.Get(echo.HeaderAuthorization), secrets) {
 				return next(c)
 			}
 			if ok, dropped := limit.Allow(g.Realm + " token"); ok {
@@ -92,23 +112,56 @@ func (g Guard) Middleware() echo.MiddlewareFunc {
 	}
 }
 
-// bearerMatches compares hashes in constant time, so that neither a token's bytes nor
-// its length leak through timing.
-func bearerMatches(header string, sums [][sha256.Size]byte) bool {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+// Secret is a secret kept as its SHA-256 hash: Matches compares hashes in constant
+// time, so that neither the secret's bytes nor its length leak through timing.
+type Secret [sha256.Size]byte
+
+// NewSecret hashes s.
+func NewSecret(s string) Secret { return sha256.Sum256([]byte(s)) }
+
+// Matches reports whether got is the secret.
+func (s Secret) Matches(got string) bool { return matchesAny(got, s) }
+
+// matchesAny compares got with every secret, each in constant time, never stopping
+// early: which one matched does not show either.
+func matchesAny(got string, secrets ...Secret) bool {
+	sum := sha256.Sum256([]byte(got))
 	match := 0
-	for _, want := range sums {
-		match |= subtle.ConstantTimeCompare(got[:], want[:])
+	for _, want := range secrets {
+		match |= subtle.ConstantTimeCompare(sum[:], want[:])
 	}
 	return match == 1
 }
 
-// proxyHeaders mark a request relayed by a proxy: its TCP peer is not the client.
-var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip", "Via"}
+// bearerMatches reports whether an Authorization header carries one of the secrets as
+// a bearer token.
+func bearerMatches(header string, secrets []Secret) bool {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return matchesAny(strings.TrimSpace(token), secrets...)
+}
+
+// forwardingHeader reports whether a header (any case) carries a client's address,
+// scheme, port or host as a proxy or CDN relays them: Forwarded (RFC 7239), Via, every
+// X-Forwarded-* and the like (X-Original-Forwarded-For), and every "…-IP" or client
+// address header (X-Real-IP, X-Client-IP, True-Client-IP, CF-Connecting-IP(v6),
+// Fastly-Client-IP, X-Cluster-Client-IP, Client-IP, X-Remote-Addr,
+// X-Envoy-External-Address). A list of names would miss the next CDN's; these
+// patterns cost a local client nothing, as no client sends such headers of its own.
+func forwardingHeader(name string) bool {
+	n := strings.ToLower(name)
+	switch {
+	case n == "via", strings.Contains(n, "forwarded"):
+		return true
+	case strings.HasSuffix(n, "-ip"), strings.HasSuffix(n, "-ipv6"), n == "client-ip":
+		return true
+	case strings.HasSuffix(n, "-addr"), strings.HasSuffix(n, "-address"):
+		return strings.Contains(n, "client") || strings.Contains(n, "remote") || strings.Contains(n, "external") || strings.Contains(n, "real")
+	}
+	return false
+}
 
 // notLocal says why req does not count as coming from this machine ("" if it does).
 func notLocal(req *http.Request) string {
@@ -119,8 +172,8 @@ func notLocal(req *http.Request) string {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return "the client is not on a loopback address"
 	}
-	for _, h := range proxyHeaders {
-		if req.Header.Get(h) != "" {
+	for h := range req.Header { // bounded by the server's MaxHeaderBytes
+		if forwardingHeader(h) {
 			return "the request came through a proxy (" + h + ")"
 		}
 	}
@@ -128,6 +181,38 @@ func notLocal(req *http.Request) string {
 		return "the Host header does not name localhost"
 	}
 	return ""
+}
+
+// ErrorLog returns the log for http.Server.ErrorLog, where a server writes its own
+// errors: failed TLS handshakes, accept errors, a handler's panic. Left nil, each goes
+// raw to stderr, a line per failed handshake from anyone who can connect. Here each
+// goes to log at WARN, rate-limited as the refusals are (logx.Limiter): one line a
+// minute per kind of error, with the number left out since.
+func ErrorLog(log *slog.Logger) *stdlog.Logger {
+	return stdlog.New(serverErrors{log: log, limit: logx.NewLimiter(time.Minute)}, "", 0)
+}
+
+type serverErrors struct {
+	log   *slog.Logger
+	limit *logx.Limiter
+}
+
+func (w serverErrors) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	if ok, dropped := w.limit.Allow(errorKind(line)); ok {
+		w.log.Warn("http server error", "error", line, "similar_not_logged", dropped)
+	}
+	return len(p), nil
+}
+
+// errorKind is what a server error line says before the client's address or the
+// detail: "http: TLS handshake error from 203.0.113.9:5000: EOF" is "TLS handshake error".
+func errorKind(line string) string {
+	k := strings.TrimPrefix(line, "http: ")
+	if i := strings.IndexAny(k, ":[0123456789"); i >= 0 {
+		k = k[:i]
+	}
+	return strings.TrimSuffix(strings.TrimSpace(k), " from")
 }
 
 // IsLoopbackHost reports whether hostport ("localhost:8090", "[::1]:8090", "127.0.0.1")

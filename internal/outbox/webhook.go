@@ -2,13 +2,13 @@ package outbox
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/message"
 )
 
@@ -24,14 +24,16 @@ type Waker interface{ Wake() }
 // valid changefeed message: the rows are already durable in the outbox, and answering
 // with an error would only make the feed resend the batch and block behind it; if the
 // broker is down, the relay's retries and poll take over. authHeader, when not empty,
-// must match the Authorization header exactly.
+// must match the Authorization header exactly; it is compared as the journal's webhook
+// compares it (httpsec.Secret: hashes, so that its length does not leak either).
 func WebhookHandler(w Waker, authHeader string) http.Handler {
+	auth := httpsec.NewSecret(authHeader)
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			writeJSON(rw, http.StatusMethodNotAllowed, map[string]string{"error": "POST only"})
 			return
 		}
-		if authHeader != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(authHeader)) != 1 {
+		if authHeader != "" && !auth.Matches(r.Header.Get("Authorization")) {
 			writeJSON(rw, http.StatusUnauthorized, map[string]string{"error": "missing or wrong Authorization header"})
 			return
 		}

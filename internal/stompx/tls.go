@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/inboxd/inboxd/internal/secretfile"
 )
 
 // ErrTLS marks a failed TLS setup or handshake with the broker (wrapped together with
@@ -66,12 +68,9 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading client certificate: %w", ErrTLS, err)
 		}
-		if err := checkNotWorldReadable(f.KeyFile); err != nil {
-			return nil, fmt.Errorf("%w: client key: %w", ErrTLS, err)
-		}
-		keyPEM, err := readBounded(f.KeyFile)
+		keyPEM, err := secretfile.Read(f.KeyFile, maxPEMBytes)
 		if err != nil {
-			return nil, fmt.Errorf("%w: reading client key: %w", ErrTLS, err)
+			return nil, fmt.Errorf("%w: client key: %w", ErrTLS, err)
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
@@ -181,17 +180,4 @@ func readBounded(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxPEMBytes)
 	}
 	return b, nil
-}
-
-// checkNotWorldReadable refuses a private key (or secret) file that every local user
-// can read: whatever it protects is then no secret.
-func checkNotWorldReadable(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Perm()&0o004 != 0 {
-		return fmt.Errorf("%s is readable by every user (mode %04o); restrict it, e.g. chmod 600 %s", path, fi.Mode().Perm(), path)
-	}
-	return nil
 }

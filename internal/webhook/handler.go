@@ -2,8 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
@@ -136,7 +135,7 @@ type Handler struct {
 	db   database.DB
 	m    *metrics.Metrics
 	log  *slog.Logger
-	auth [sha256.Size]byte
+	auth httpsec.Secret
 
 	mu     sync.Mutex
 	latest HLC
@@ -175,7 +174,7 @@ func New(cfg Config, proc Processor, db database.DB, m *metrics.Metrics, log *sl
 	if cfg.AuthHeader == "" {
 		log.Warn("the webhook accepts requests without credentials: Config.AuthHeader is empty")
 	}
-	return &Handler{cfg: cfg, proc: proc, db: db, m: m, log: log, auth: sha256.Sum256([]byte(cfg.AuthHeader)),
+	return &Handler{cfg: cfg, proc: proc, db: db, m: m, log: log, auth: httpsec.NewSecret(cfg.AuthHeader),
 		warn: logx.NewLimiter(time.Minute), inflight: newInflight()}
 }
 
@@ -252,14 +251,13 @@ func (h *Handler) Handle(c echo.Context) error {
 	return c.JSON(http.StatusOK, counts)
 }
 
-// authorized compares hashes in constant time, so that neither the token's bytes nor
-// its length leak through timing.
+// authorized compares hashes in constant time (httpsec.Secret), so that neither the
+// token's bytes nor its length leak through timing.
 func (h *Handler) authorized(got string) bool {
 	if h.cfg.AuthHeader == "" {
 		return true
 	}
-	sum := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(sum[:], h.auth[:]) == 1
+	return h.auth.Matches(got)
 }
 
 func (h *Handler) failed(c echo.Context, err error) error {

@@ -40,7 +40,9 @@ func Listen(addr string, tlsConfig *tls.Config, h *Handler, extra map[string]htt
 	if err != nil {
 		return nil, fmt.Errorf("listening for the webhook on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: e, TLSConfig: tlsConfig}
+	// ErrorLog: every failed TLS handshake is a line, and anyone who can connect can
+	// fail one; they go to slog, rate-limited, as the API's do.
+	srv := &http.Server{Handler: e, TLSConfig: tlsConfig, ErrorLog: httpsec.ErrorLog(h.log)}
 	httpsec.DefaultLimits.Apply(srv)
 	return &Server{srv: srv, ln: tls.NewListener(ln, tlsConfig), h: h}, nil
 }
