@@ -283,34 +283,7 @@ func TestUpgradeFromJournalBefore0007(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db := testenv.NewDBWith(t, testenv.DBOptions{Empty: true})
-	// The schema as the release before 0007 left it, schema_migrations without serves_from.
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE schema_migrations (version INT PRIMARY KEY, name TEXT NOT NULL,
-		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version >= 7 {
-			break
-		}
-		stmts, err := schema.Statements(m.SQL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range stmts {
-			if st.RunsOn(schema.PostgreSQL) {
-				if _, err := db.Pool.Exec(ctx, st.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-			}
-		}
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.MigrateBefore(t, db.Pool, 7) // as the release before 0007 left it
 	const n = 300
 	for i := range n {
 		// As the old ingest wrote them: the id computed by the database from the payload.

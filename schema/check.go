@@ -46,16 +46,25 @@ type applied struct {
 	servesFrom *int // NULL: recorded by a release before the column, or none known
 }
 
-// readApplied reads schema_migrations. A missing table reads as no migrations.
+// readApplied reads schema_migrations. A missing table reads as no migrations; one
+// written before serves_from existed reads with none recorded.
 func readApplied(ctx context.Context, db database.DB) ([]applied, error) {
-	rows, err := db.Query(ctx, `SELECT version, serves_from FROM schema_migrations`)
-	if err != nil {
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42P01" { // undefined_table
+	out, err := scanApplied(ctx, db, `SELECT version, serves_from FROM schema_migrations`)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pgErr.Code {
+		case "42P01": // undefined_table
 			return nil, nil
+		case "42703": // undefined_column: written by a release before serves_from
+			return scanApplied(ctx, db, `SELECT version, NULL::INT FROM schema_migrations`)
 		}
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42703" { // undefined_column: written by a release before serves_from
-			return readVersionsOnly(ctx, db)
-		}
+	}
+	return out, err
+}
+
+// scanApplied reads the rows of query, a version and a serves_from each.
+func scanApplied(ctx context.Context, db database.DB, query string) ([]applied, error) {
+	rows, err := db.Query(ctx, query)
+	if err != nil {
 		return nil, fmt.Errorf("reading schema_migrations: %w", err)
 	}
 	defer rows.Close()
@@ -63,27 +72,6 @@ func readApplied(ctx context.Context, db database.DB) ([]applied, error) {
 	for rows.Next() {
 		var a applied
 		if err := rows.Scan(&a.version, &a.servesFrom); err != nil {
-			return nil, fmt.Errorf("reading schema_migrations: %w", err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading schema_migrations: %w", err)
-	}
-	return out, nil
-}
-
-// readVersionsOnly reads a schema_migrations written before serves_from existed.
-func readVersionsOnly(ctx context.Context, db database.DB) ([]applied, error) {
-	rows, err := db.Query(ctx, `SELECT version FROM schema_migrations`)
-	if err != nil {
-		return nil, fmt.Errorf("reading schema_migrations: %w", err)
-	}
-	defer rows.Close()
-	var out []applied
-	for rows.Next() {
-		var a applied
-		if err := rows.Scan(&a.version); err != nil {
 			return nil, fmt.Errorf("reading schema_migrations: %w", err)
 		}
 		out = append(out, a)

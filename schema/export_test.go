@@ -6,5 +6,4 @@ var (
 	WithLease     = withLease
 	LeaseTableSQL = leaseTableSQL
 	TakeLeaseSQL  = takeLeaseSQL
-	Pause         = pause
 )

@@ -85,31 +85,13 @@ type proc struct {
 	err    error
 }
 
-// lockedBuffer is a bytes.Buffer the process writes and the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
-}
-
 // start runs bin serve with env, and waits until its /readyz answers 200.
 func start(t *testing.T, name, bin string, env []string) *proc {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), append(env, "INBOXD_HTTP_ADDR="+addr, "INBOXD_WEBHOOK_ADDR=", "INBOXD_LOG_LEVEL=warn")...)
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
