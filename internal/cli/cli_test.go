@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/buildinfo"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/schema"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -80,12 +81,14 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // migrated, which a role without DDL rights could not.
 func TestServeRefusesASchemaBehind(t *testing.T) {
 	db := testenv.NewDBWith(t, testenv.DBOptions{Empty: true})
+	migrated := testenv.NewDB(t) // inboxd's schema, not the demo's table
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"serve", "-database-url", db.URL, "-http-addr", ""}, "inboxd migrate"},
-		{[]string{"serve", "-database-url", db.URL, "-demo"}, "inboxd migrate -demo"},
+		{[]string{"serve", "-database-url", db.URL, "-http-addr", ""}, "migrations 0001_journal.sql, 0002_customers.sql, "},
+		{[]string{"serve", "-database-url", db.URL, "-demo"}, `run "inboxd migrate"`},
+		{[]string{"serve", "-database-url", migrated.URL, "-demo"}, "inboxd migrate -demo"},
 	} {
 		code, out, errOut := run(t, tt.args...)
 		if code != 1 || !strings.Contains(errOut, tt.want) {
@@ -135,6 +138,7 @@ func TestRetryableAtStart(t *testing.T) {
 		{pg("42710"), false},
 		{pg("42P07"), false},
 		{pg("42P01"), false}, // a missing table: run inboxd migrate
+		{fmt.Errorf("x: %w", &schema.VersionError{Missing: []string{"0001_journal.sql"}}), false},
 		{pg("42601"), false}, // a syntax error in a migration
 		{pg("22P02"), false},
 	}

@@ -121,6 +121,12 @@ func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*
 		return nil, err
 	}
 	if !cfg.MigrateAtStart {
+		// Checked here too (Run checks again), so that a database that does not answer yet
+		// is waited for, while a schema that is behind or ahead ends serve at once.
+		if err := schema.Check(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 		if cfg.Demo {
 			if _, err := registration.Count(ctx, pool); err != nil {
 				pool.Close()
@@ -145,9 +151,13 @@ func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*
 }
 
 // retryableAtStart reports whether serve should wait and try again: the database is
-// unavailable. Any schema error (class 42, a missing table included) will not heal by
-// waiting; migrations no longer collide (the migration lock).
+// unavailable. A schema that is behind or ahead (schema.VersionError), or any other
+// schema error (class 42, a missing table included), will not heal by waiting;
+// migrations no longer collide (the migration lock).
 func retryableAtStart(err error) bool {
+	if _, ok := errors.AsType[*schema.VersionError](err); ok {
+		return false // run inboxd migrate (or the newer release)
+	}
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok {
 		return true
