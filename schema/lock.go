@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 )
@@ -84,23 +84,21 @@ var ErrLeaseLost = errors.New("lost the migration lease")
 func withLease(ctx context.Context, db database.DB, lease time.Duration, fn func(context.Context) error) error {
 	// The table itself may be created by several migrators at once: a collision there
 	// is retried (a few times, jittered).
-	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 20 * time.Millisecond, Max: 300 * time.Millisecond}}
-	for {
+	for attempt := 1; ; attempt++ {
 		_, err := db.Exec(ctx, leaseTableSQL)
 		if err == nil {
 			break
 		}
-		if bo.Attempt() == 10 || !collided(err) {
+		if attempt == 10 || !collided(err) {
 			return fmt.Errorf("creating schema_migration_lock: %w", err)
 		}
-		if err := bo.Wait(ctx); err != nil {
+		if err := sleep(ctx, time.Duration(attempt)*time.Duration(10+mrand.IntN(40))*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	holder := hex.EncodeToString(b)
-	leaseWait := backoff.Waiter{Policy: backoff.Policy{Initial: 200 * time.Millisecond, Max: 300 * time.Millisecond}}
 	for {
 		var got string
 		err := db.QueryRow(ctx, takeLeaseSQL, holder, lease).Scan(&got)
@@ -110,8 +108,8 @@ func withLease(ctx context.Context, db database.DB, lease time.Duration, fn func
 		if !errors.Is(err, pgx.ErrNoRows) && !collided(err) {
 			return fmt.Errorf("taking the migration lease: %w", err)
 		}
-		// Held by another migrator: look again soon (every 0.1 to 0.5 s).
-		if err := leaseWait.Wait(ctx); err != nil {
+		// Held by another migrator: look again soon.
+		if err := sleep(ctx, time.Duration(100+mrand.IntN(200))*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for the migration lease: %w", err)
 		}
 	}
@@ -163,4 +161,17 @@ func collided(err error) bool {
 		return true
 	}
 	return false
+}
+
+// sleep waits d, or until ctx ends and returns its error. (Not backoff.Waiter: the tests
+// of package backoff import testenv, which imports this package.)
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
