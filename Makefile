@@ -3,10 +3,15 @@ SHELL := /bin/bash
 GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 PKGS := ./...
+# Tests that wait on services mostly wait: running four of a package's parallel tests at
+# once (go test's default is GOMAXPROCS, 2 here) overlaps those waits. Tests that time
+# themselves or read process-wide state stay serial (no t.Parallel).
+TESTFLAGS := -race -count=1 -parallel 4 -timeout 20m
 # Modules of their own inside the tree, which ./... stops at: the CockroachDB parser test
-# (its go.mod keeps the parser's large tree out of the library's). test, test-short and
-# lint run each of them too.
-SUBMODS := internal/sqlcheck
+# (its go.mod keeps the parser's large tree out of the library's) and the bench's River
+# rows (internal/riverbench: the library's go.mod does not name River). test,
+# test-short and lint run each of them too.
+SUBMODS := internal/sqlcheck internal/riverbench
 
 .PHONY: all build test test-crdb-profile test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
 
@@ -14,6 +19,7 @@ all: lint build test
 
 build:
 	$(GO) build -o bin/inboxd ./cmd/inboxd
+	$(GO) -C internal/riverbench build -o ../../bin/inboxd-river .
 
 services:
 	scripts/services.sh up
@@ -28,8 +34,8 @@ browser:
 # The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL;
 # then the CockroachDB-faithful profile (CI runs both).
 test: services browser
-	CI=$${CI:-true} $(GO) test -race -count=1 -timeout 20m $(PKGS)
-	for m in $(SUBMODS); do CI=$${CI:-true} $(GO) -C $$m test -race -count=1 -timeout 20m ./... || exit 1; done
+	CI=$${CI:-true} $(GO) test $(TESTFLAGS) $(PKGS)
+	for m in $(SUBMODS); do CI=$${CI:-true} $(GO) -C $$m test $(TESTFLAGS) ./... || exit 1; done
 	$(MAKE) test-crdb-profile
 
 # The CockroachDB-faithful profile: the processing, journal, ingest, webhook and migration tests
@@ -39,9 +45,10 @@ test: services browser
 CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./internal/webhook/... ./schema/
 test-crdb-profile: services
 	INBOXD_TEST_DEFAULT_ISOLATION=serializable INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} \
-		$(GO) test -race -count=1 -timeout 20m $(CRDB_PROFILE_PKGS)
+		$(GO) test $(TESTFLAGS) $(CRDB_PROFILE_PKGS)
 
-# Unit tests only: integration tests skip when services are unreachable (and CI is unset).
+# The quick loop: -short skips every test that needs a service (testenv.Integration),
+# whether or not the services run. make test stays the complete run.
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 	for m in $(SUBMODS); do $(GO) -C $$m test -short -count=1 ./... || exit 1; done

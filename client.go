@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxd/inboxd/internal/lifecycle"
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -36,6 +37,7 @@ type Client struct {
 	reg  *process.Registry
 	m    *metrics.Metrics
 	tp   trace.TracerProvider // nil: otel's global one
+	src  message.IDSource     // where Event.Key is read from (cfg.IDSource)
 
 	mu      sync.Mutex
 	running bool
@@ -63,20 +65,28 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("inboxd: registering metrics: %w", err)
 		}
 	}
-	return &Client{pool: pool, cfg: cfg, tls: tls, log: log, reg: process.NewRegistry(), m: m, tp: cfg.TracerProvider}, nil
+	src, err := message.ParseIDSource(cfg.IDSource) // validated above
+	if err != nil {
+		return nil, fmt.Errorf("inboxd: %w", err)
+	}
+	return &Client{pool: pool, cfg: cfg, tls: tls, log: log, reg: process.NewRegistry(), m: m, tp: cfg.TracerProvider, src: src}, nil
 }
 
 // Handle sets the handler of an event type, replacing any set before, with options such
 // as WithRetryPolicy. It may be called while the client runs. An event of a type with no
 // handler fails like a handler error: it is retried with backoff, and DEAD after
-// MaxAttempts.
+// MaxAttempts. A h that is also a BatchHandler gets the events of a batch in one call.
+// Handle panics on an empty event type or a nil h, wiring bugs.
 func (c *Client) Handle(eventType string, h Handler, opts ...HandleOption) {
+	if h == nil {
+		panic("inboxd: Handle with a nil handler for " + eventType)
+	}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(c.reg, eventType)
 		}
 	}
-	c.reg.Replace(eventType, h)
+	c.reg.Replace(eventType, engineHandlerOf(h, c.src))
 }
 
 // Handles reports whether an event type has a handler.

@@ -160,6 +160,7 @@ func checkExactlyOnce(t *testing.T, db *testenv.DB, w workload) {
 
 // The PostgreSQL path: ActiveMQ → ingest → journal → sweeper → customers.
 func TestEndToEndSweeperPath(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	w := newWorkload(400)
@@ -171,6 +172,7 @@ func TestEndToEndSweeperPath(t *testing.T) {
 // The CockroachDB path, with the test sink standing in for the changefeed: journal rows
 // reach the HTTPS webhook in batches, several in flight, redelivered in storms.
 func TestEndToEndWebhookPath(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	w := newWorkload(400)
@@ -242,6 +244,7 @@ func TestEndToEndWebhookPath(t *testing.T) {
 // The tutorial's producer publishes to a topic; with a virtual topic, POST /registration
 // publishes to /topic/VirtualTopic.X and inboxd consumes /queue/Consumer.inboxd.VirtualTopic.X.
 func TestRegistrationThroughVirtualTopic(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	name := "VirtualTopic.inboxd-test." + testenv.Suffix()
 	api := testenv.FreeAddr(t)

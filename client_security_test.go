@@ -22,6 +22,7 @@ import (
 // a token is generated beside the CA and demanded; the attack is an unauthenticated
 // resolved message that would move the watermark.
 func TestWebhookNeverOpen(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()

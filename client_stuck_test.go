@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd"
-	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
@@ -40,7 +39,7 @@ func (h *hung) free() {
 	}
 }
 
-func (h *hung) handle(_ context.Context, _ pgx.Tx, _ process.Event) error {
+func (h *hung) handle(_ context.Context, _ pgx.Tx, _ inboxd.Event) error {
 	h.once.Do(func() { close(h.entered) })
 	<-h.release
 	return nil

@@ -25,6 +25,7 @@ import (
 
 // Bad settings get the command line's errors, from Validate (and New).
 func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  inboxd.Config
@@ -80,6 +81,7 @@ func httpStatus(t *testing.T, method, url, body string) int {
 // caller's pool open; Run again on the same client, and a new client on the same
 // database, process the next messages.
 func TestClientLifecycle(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	queue := testenv.Queue(t)
 	broker := testenv.Broker(t)
@@ -197,6 +199,7 @@ func TestClientLifecycle(t *testing.T) {
 // (the program's handlers, the demo's routes and table) takes the tutorial's inline
 // registration to a customer, and SIGTERM stops it gracefully with exit code 0.
 func TestMainServesThroughClient(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.FreeAddr(t)
 	args := []string{"serve", "-demo", "-migrate", "auto", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),

@@ -28,6 +28,7 @@ func tlsGet(t *testing.T, url string) (int, string) {
 // publisher behind POST /registration, and /readyz. With a CA the broker's certificate
 // does not chain to, /readyz says the broker is down.
 func TestServiceOverTLS(t *testing.T) {
+	t.Parallel()
 	b := testenv.SharedBrokerTLS(t)
 	for _, tc := range []struct {
 		name      string

@@ -37,6 +37,7 @@ var statusLine = regexp.MustCompile(`(?m)^< HTTP/[0-9.]+ (\d{3})`)
 // ActiveMQ and PostgreSQL): both registrations are accepted, become customers, and
 // each emits one customer-registered message that the outbox relay publishes.
 func TestTutorialVerbatim(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed (scripts/services.sh installs it): %v", err)
 	}
@@ -159,6 +160,7 @@ func getJSON(t *testing.T, url string, v any) {
 // The outbox feed's route on the webhook server: authenticated like the journal's,
 // 2xx for a valid changefeed message (which wakes the relay), 4xx otherwise.
 func TestOutboxWebhookRoute(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	hookAddr := testenv.FreeAddr(t)
 	certDir := t.TempDir()

@@ -18,113 +18,219 @@ import (
 )
 
 // Config configures a Client. Every field left zero takes its default from inboxd's one
-// table of defaults, the same the command line's flags show ("inboxd serve -h"; the
-// README's configuration table explains them), so a Config needs only what differs.
-// Destinations is the one setting worth always giving. WithDefaults shows the result.
+// table of defaults (the same the command line's flags show, "inboxd serve -h"), so a
+// Config needs only what differs; WithDefaults shows the result. Each field's doc says
+// "Defaults to X." and names the command line's environment variable, and
+// TestConfigDocs holds those to the table. Where a setting can be "none" or "forever",
+// -1 (any negative value) says so, and zero takes the default.
 type Config struct {
-	// Logger receives inboxd's logs; nil means slog.Default().
+	// Logger receives inboxd's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// MetricsRegisterer, when not nil, gets inboxd's Prometheus collectors (the inboxd_*
-	// metrics), e.g. prometheus.DefaultRegisterer.
+	// MetricsRegisterer gets inboxd's Prometheus collectors (the inboxd_* metrics), e.g.
+	// prometheus.DefaultRegisterer. Defaults to none: the metrics are not registered.
 	MetricsRegisterer prometheus.Registerer
 	// TracerProvider makes inboxd's spans: one per ingest batch, linked to each message's
 	// trace, and one per event processed, a child of the trace of the message it came in
 	// (its traceparent header), whose context the handler gets; what a handler emits
-	// carries that span's traceparent. nil means otel's global provider.
+	// carries that span's traceparent. Defaults to otel's global provider.
 	TracerProvider trace.TracerProvider
 
-	// The broker (ActiveMQ over STOMP).
-	StompAddr            string
-	StompLogin           string
-	StompPasscode        string
-	StompTLS             bool
-	StompCAFile          string
-	StompServerName      string
-	StompCertFile        string
-	StompKeyFile         string
+	// StompAddr is the broker's STOMP address, host:port (INBOXD_STOMP_ADDR). Defaults
+	// to "127.0.0.1:61613".
+	StompAddr string
+	// StompLogin is the STOMP login (INBOXD_STOMP_LOGIN). Defaults to none.
+	StompLogin string
+	// StompPasscode is the STOMP passcode (INBOXD_STOMP_PASSCODE). Defaults to none.
+	StompPasscode string
+	// StompTLS speaks TLS to the broker (ActiveMQ's stomp+ssl), never falling back to
+	// plaintext (INBOXD_STOMP_TLS). Defaults to false.
+	StompTLS bool
+	// StompCAFile is the PEM CA bundle that signs the broker's certificate
+	// (INBOXD_STOMP_CA_FILE). Defaults to none: the system pool.
+	StompCAFile string
+	// StompServerName is the name the broker's certificate must carry
+	// (INBOXD_STOMP_SERVER_NAME). Defaults to none: the host of StompAddr.
+	StompServerName string
+	// StompCertFile is the client certificate (PEM) for mutual TLS
+	// (INBOXD_STOMP_CERT_FILE). Defaults to none.
+	StompCertFile string
+	// StompKeyFile is the client key (PEM) for mutual TLS, not world-readable
+	// (INBOXD_STOMP_KEY_FILE). Defaults to none.
+	StompKeyFile string
+	// StompTLSInsecureSkip accepts any broker certificate: INSECURE, anyone on the path
+	// can read and change messages (INBOXD_STOMP_TLS_INSECURE_SKIP_VERIFY). Defaults to
+	// false.
 	StompTLSInsecureSkip bool
-	// Destinations to consume ("/queue/x", or "/topic/x" with a durable subscription).
-	Destinations       []string
+	// Destinations are consumed: "/queue/x", or "/topic/x" with a durable subscription
+	// (INBOXD_DESTINATION, comma-separated). Defaults to "/queue/registrations".
+	Destinations []string
+	// PublishDestination is where the API's POST /registration publishes (the command
+	// line's demo) (INBOXD_PUBLISH_DESTINATION). Defaults to none: the first of
+	// Destinations.
 	PublishDestination string
-	ClientID           string
-	SubscriptionName   string
-	NonDurableTopics   bool
+	// ClientID is the durable topic subscriptions' client id: the connection of
+	// /topic/T connects as <ClientID>.T. Keep it stable, one per application
+	// (INBOXD_CLIENT_ID). Defaults to "inboxd".
+	ClientID string
+	// SubscriptionName is the durable topic subscriptions' activemq.subscriptionName.
+	// Keep it stable (INBOXD_SUBSCRIPTION_NAME). Defaults to "inboxd".
+	SubscriptionName string
+	// NonDurableTopics subscribes /topic/ destinations non-durably, losing every event
+	// published while inboxd is disconnected (INBOXD_NON_DURABLE_TOPICS). Defaults to
+	// false.
+	NonDurableTopics bool
 
-	// The REST API and the operator console; DisableHTTP serves neither.
-	HTTPAddr    string
+	// HTTPAddr is where the REST API and the operator console listen
+	// (INBOXD_HTTP_ADDR, whose default is ":8090", every interface). Defaults to
+	// "127.0.0.1:8090": loopback, for a program embedding inboxd.
+	HTTPAddr string
+	// DisableHTTP serves neither the REST API nor the console (INBOXD_HTTP_ADDR empty).
+	// Defaults to false.
 	DisableHTTP bool
-	AdminToken  string
-	ReadToken   string
+	// AdminToken is the bearer token /admin requires and /journal accepts
+	// (INBOXD_ADMIN_TOKEN). Defaults to none: /admin is served to localhost only.
+	AdminToken string
+	// ReadToken is the bearer token the /journal reads require, which hold personal data
+	// (INBOXD_READ_TOKEN). Defaults to none: with no AdminToken either, they are served
+	// to localhost only.
+	ReadToken string
 
-	// The changefeed webhook (CockroachDB); DisableWebhook serves none, which suits
-	// PostgreSQL, where processing is pushed on commit.
-	WebhookAddr    string
+	// WebhookAddr is where the changefeed webhook listens, HTTPS (INBOXD_WEBHOOK_ADDR,
+	// whose default is ":8443"). Defaults to none: the webhook runs on CockroachDB only,
+	// whose changefeeds need it, at ":8443"; set it to serve one on PostgreSQL too.
+	WebhookAddr string
+	// DisableWebhook serves no webhook, even on CockroachDB (INBOXD_WEBHOOK_ADDR empty).
+	// Defaults to false.
 	DisableWebhook bool
-	WebhookToken   string
-	WebhookURL     string
-	CertDir        string
-	CertFile       string
-	KeyFile        string
-	CertHosts      []string
+	// WebhookToken is the bearer token the changefeed must send (INBOXD_WEBHOOK_TOKEN).
+	// Defaults to none: generated once into CertDir/webhook-token (0600).
+	WebhookToken string
+	// WebhookURL is the sink URL the changefeed posts to (INBOXD_WEBHOOK_URL). Defaults
+	// to "webhook-https://localhost:8443/changefeed".
+	WebhookURL string
+	// CertDir holds the webhook's generated CA, certificate and token
+	// (INBOXD_CERT_DIR, whose default is "var/certs"). Defaults to none: "var/certs"
+	// when a webhook runs.
+	CertDir string
+	// CertFile is the webhook's own TLS certificate (PEM), with KeyFile
+	// (INBOXD_CERT_FILE). Defaults to none: generated into CertDir.
+	CertFile string
+	// KeyFile is the webhook's own TLS key (PEM) (INBOXD_KEY_FILE). Defaults to none.
+	KeyFile string
+	// CertHosts are the host names and IPs of the generated certificate
+	// (INBOXD_CERT_HOSTS, comma-separated). Defaults to "localhost,127.0.0.1,inboxd".
+	CertHosts []string
 	// WebhookProcessTimeout bounds one changefeed batch's processing, detached from the
-	// sink's request (the sink's retries join it).
+	// sink's request (the sink's retries join it); at least HandlerTimeout
+	// (INBOXD_WEBHOOK_PROCESS_TIMEOUT). Defaults to 5m.
 	WebhookProcessTimeout time.Duration
 
-	// Ingest.
-	BatchSize        int
-	BatchLinger      time.Duration
-	CommitsInFlight  int
-	Prefetch         int
-	AckMode          string
-	MaxBodyBytes     int
+	// BatchSize is the most messages one ingest transaction takes, at most MaxBatchSize
+	// (INBOXD_BATCH_SIZE). Defaults to 500.
+	BatchSize int
+	// BatchLinger is how long a partial ingest batch waits for more messages
+	// (INBOXD_BATCH_LINGER). Defaults to 5ms.
+	BatchLinger time.Duration
+	// CommitsInFlight is how many ingest batches of one destination are written at once;
+	// acks stay in order (INBOXD_COMMITS_IN_FLIGHT). Defaults to 2.
+	CommitsInFlight int
+	// Prefetch is the broker's prefetch per subscription (activemq.prefetchSize), in
+	// messages; it must exceed BatchSize (INBOXD_PREFETCH). Defaults to 2000.
+	Prefetch int
+	// AckMode is "client" (one cumulative ack per batch) or "client-individual"
+	// (INBOXD_ACK_MODE). Defaults to "client".
+	AckMode string
+	// MaxBodyBytes bounds a message body, in bytes: larger ones are quarantined as
+	// too_large (INBOXD_MAX_BODY_BYTES). Defaults to 262144.
+	MaxBodyBytes int
+	// MaxInflightBytes bounds the message bytes one destination holds unacked; past it
+	// the prefetch shrinks to fit the largest bodies (INBOXD_MAX_INFLIGHT_BYTES).
+	// Defaults to 67108864.
 	MaxInflightBytes int
-	// MaxStatementBytes bounds one SQL statement carrying message bytes (CockroachDB
-	// refuses a client message over 16 MiB); max body bytes must fit one.
+	// MaxStatementBytes bounds one SQL statement carrying message bytes, in bytes
+	// (CockroachDB refuses a client message over 16 MiB); MaxBodyBytes must fit one
+	// (INBOXD_MAX_STATEMENT_BYTES). Defaults to 8388608.
 	MaxStatementBytes int
-	DefaultEventType  string
-	// IDSource says where a message's event id is read from: "payload:FIELD" (default
-	// "payload:id"), "header:NAME", for example "header:message-id" (the JMS message
-	// id), or "cloudevents" (only CloudEvents are accepted). Ids need not be UUIDs; the journal keys a non-UUID id by its UUIDv5.
-	// CloudEvents are keyed by source and id whatever it says.
+	// DefaultEventType is the type of messages with no event-type header and no "type"
+	// field (INBOXD_DEFAULT_EVENT_TYPE). Defaults to none: they are quarantined as
+	// missing_type.
+	DefaultEventType string
+	// IDSource says where a message's event id (Event.Key) is read from: "payload:FIELD",
+	// "header:NAME", for example "header:message-id" (the JMS message id), or
+	// "cloudevents" (only CloudEvents are accepted). Ids need not be UUIDs: the journal
+	// keys an event by JournalID(id). CloudEvents are keyed by source and id whatever it
+	// says (INBOXD_ID_SOURCE). Defaults to "payload:id".
 	IDSource string
 
-	// Processing.
+	// Concurrency is how many processing transactions (batches of different aggregates)
+	// run at once (INBOXD_CONCURRENCY). Defaults to the number of CPUs, at least 2.
 	Concurrency int
-	// The recoverability policy of event types without one of their own (WithRetryPolicy):
-	// a failing handler runs again at once ImmediateRetries times (negative: none), then
-	// the attempt is recorded and retried after RetryBaseDelay, doubling up to
-	// RetryMaxDelay, until MaxAttempts attempts failed and the event is DEAD. The README
-	// shows the default schedule.
+	// ImmediateRetries is how many more times a failing handler runs at once, within one
+	// attempt, before the attempt is recorded as failed; -1 means none
+	// (INBOXD_IMMEDIATE_RETRIES). Defaults to 2. It, MaxAttempts, RetryBaseDelay and
+	// RetryMaxDelay are the policy of event types without one of their own
+	// (WithRetryPolicy); the README shows the default schedule.
 	ImmediateRetries int
-	MaxAttempts      int
-	RetryBaseDelay   time.Duration
-	RetryMaxDelay    time.Duration
+	// MaxAttempts is the number of recorded attempts after which a failing event is DEAD
+	// (INBOXD_MAX_ATTEMPTS). Defaults to 40.
+	MaxAttempts int
+	// RetryBaseDelay is the delay after the first failed attempt; it doubles per attempt
+	// up to RetryMaxDelay, ±10% (INBOXD_RETRY_BASE_DELAY). Defaults to 1s.
+	RetryBaseDelay time.Duration
+	// RetryMaxDelay is the longest delay between two attempts (INBOXD_RETRY_MAX_DELAY).
+	// Defaults to 10m.
+	RetryMaxDelay time.Duration
+	// ProcessBatchSize is the most events one processing transaction takes
+	// (INBOXD_PROCESS_BATCH_SIZE). Defaults to 100.
 	ProcessBatchSize int
-	HandlerTimeout   time.Duration
-	SweepInterval    time.Duration
-	SweepGrace       time.Duration
+	// HandlerTimeout bounds one handler run; an overrun is a failed attempt. It is also
+	// the processing transactions' statement_timeout (INBOXD_HANDLER_TIMEOUT). Defaults
+	// to 30s.
+	HandlerTimeout time.Duration
+	// SweepInterval is how often the sweeper looks for due retries and undelivered
+	// events (INBOXD_SWEEP_INTERVAL). Defaults to 200ms.
+	SweepInterval time.Duration
+	// SweepGrace is how long a RECEIVED event waits for push (the changefeed) before the
+	// sweeper takes it (INBOXD_SWEEP_GRACE). Defaults to none on PostgreSQL, whose push
+	// is in-process, and 30s on CockroachDB.
+	SweepGrace time.Duration
 
-	// Retention of PROCESSED and REJECTED journal entries and of quarantined messages; a
-	// negative value keeps them forever (zero is the default, as everywhere here).
-	// ImmediateRetries negative means none, likewise.
-	Retention           time.Duration
+	// Retention is how long PROCESSED and REJECTED journal entries are kept after their
+	// last update: the dedup window; -1 keeps them forever, and it takes whole seconds
+	// (INBOXD_RETENTION). Defaults to 168h.
+	Retention time.Duration
+	// QuarantineRetention is how long quarantined messages are kept; -1 keeps them
+	// forever (INBOXD_QUARANTINE_RETENTION). Defaults to 720h.
 	QuarantineRetention time.Duration
 
-	// The outbox relay.
+	// OutboxPollInterval is how often the outbox relay looks for unsent messages when
+	// nothing woke it; PostgreSQL wakes it on commit (INBOXD_OUTBOX_POLL_INTERVAL).
+	// Defaults to 1s.
 	OutboxPollInterval time.Duration
-	OutboxBatchSize    int
-	OutboxLease        time.Duration
-	OutboxRetention    time.Duration
+	// OutboxBatchSize is the most outbox messages one relay pass claims
+	// (INBOXD_OUTBOX_BATCH_SIZE). Defaults to 100.
+	OutboxBatchSize int
+	// OutboxLease is how long a relay holds the messages it claimed before another
+	// instance may take them; at least 1s (INBOXD_OUTBOX_LEASE). Defaults to 30s.
+	OutboxLease time.Duration
+	// OutboxRetention is how long sent outbox messages are kept before deletion
+	// (INBOXD_OUTBOX_RETENTION). Defaults to 24h.
+	OutboxRetention time.Duration
 
+	// ShutdownTimeout bounds the whole graceful shutdown (INBOXD_SHUTDOWN_TIMEOUT).
+	// Defaults to 30s.
 	ShutdownTimeout time.Duration
-	StallAfter      time.Duration
+	// StallAfter is how long ingest, processing or the feed may go without progress
+	// while work waits before /readyz reports them stuck (INBOXD_STALL_AFTER). Defaults
+	// to 1m.
+	StallAfter time.Duration
 
 	// MigrateAtStart makes Run apply inboxd's pending migrations when it starts, under the
-	// migration lock, which needs the schema owner's rights (DDL). Default false: Run
-	// changes no schema and only checks that the database's is one this release serves
-	// (behind, or ahead by migrations that contract it, is refused), so that a role with
-	// SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first with Migrate or
-	// "inboxd migrate". Command line: INBOXD_MIGRATE=auto.
+	// migration lock, which needs the schema owner's rights (DDL) (INBOXD_MIGRATE=auto).
+	// Defaults to false: Run changes no schema and only checks that the database's is one
+	// this release serves (behind, or ahead by migrations that contract it, is refused),
+	// so that a role with SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first
+	// with Migrate or "inboxd migrate".
 	MigrateAtStart bool
 }
 
@@ -133,8 +239,8 @@ type Config struct {
 const MaxBatchSize = journal.SequenceBlock
 
 // WithDefaults returns c with every zero field set to its default (package
-// internal/defaults, the one table). Negative retentions and immediate retries stay
-// negative: they mean "forever" and "none".
+// internal/defaults, the one table). A negative retention or ImmediateRetries stays
+// negative: it means "forever" or "none".
 func (c Config) WithDefaults() Config {
 	or := func(p *string, def string) {
 		if *p == "" {
@@ -144,10 +250,10 @@ func (c Config) WithDefaults() Config {
 	or(&c.StompAddr, defaults.StompAddr)
 	or(&c.ClientID, defaults.ClientID)
 	or(&c.SubscriptionName, defaults.SubscriptionName)
-	or(&c.HTTPAddr, defaults.HTTPAddr)
-	or(&c.WebhookAddr, defaults.WebhookAddr)
+	or(&c.HTTPAddr, defaults.LibraryHTTPAddr)
+	// WebhookAddr and CertDir stay empty: the webhook is served on CockroachDB only
+	// (Run sets them then), unless WebhookAddr asks for it.
 	or(&c.WebhookURL, defaults.WebhookURL)
-	or(&c.CertDir, defaults.CertDir)
 	or(&c.AckMode, defaults.AckMode)
 	or(&c.IDSource, defaults.IDSource)
 	if len(c.Destinations) == 0 {

@@ -81,6 +81,7 @@ func (c assembly) run(ctx context.Context) error {
 	if err := c.schema(ctx); err != nil {
 		return err
 	}
+	cfg = cfg.withWebhook(dialect)
 	if cfg.SweepGrace == 0 && dialect.Changefeed() {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = defaults.SweepGraceCockroachDB
@@ -216,6 +217,23 @@ func httpAddr(cfg Config) string {
 	return cfg.HTTPAddr
 }
 
+// withWebhook decides whether the changefeed webhook runs: on CockroachDB, whose
+// changefeeds need it, at defaults.WebhookAddr unless WebhookAddr says otherwise; on
+// PostgreSQL only when WebhookAddr asks for it (the command line's flag does); never
+// with DisableWebhook. A webhook that runs gets defaults.CertDir unless CertDir is set.
+func (cfg Config) withWebhook(dialect database.Dialect) Config {
+	if cfg.WebhookAddr == "" && dialect.Changefeed() {
+		cfg.WebhookAddr = defaults.WebhookAddr
+	}
+	if cfg.WebhookAddr == "" {
+		cfg.DisableWebhook = true
+	}
+	if !cfg.DisableWebhook && cfg.CertDir == "" {
+		cfg.CertDir = defaults.CertDir
+	}
+	return cfg
+}
+
 func webhookAddr(cfg Config) string {
 	if cfg.DisableWebhook {
 		return ""
@@ -244,6 +262,8 @@ func (c assembly) newAPI(ctx context.Context, cfg Config, dialect database.Diale
 	apiSrv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, Pool: c.pool, Dialect: dialect, Publisher: publisher, Destination: cfg.publish(), Extensions: api.ExtensionsFrom(ctx),
 		AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, Logger: c.log.With("component", "api"), Metrics: c.m,
+		AdminTokenSetting: defaults.SettingName(ctx, "AdminToken", "INBOXD_ADMIN_TOKEN"),
+		ReadTokenSetting:  defaults.SettingName(ctx, "ReadToken", "INBOXD_READ_TOKEN"),
 		Ready: []api.ReadyCheck{
 			{Name: "broker", Check: func(ctx context.Context) error { return stompx.Reachable(ctx, stompCfg) }},
 			{Name: "ingest", Check: func(ctx context.Context) error {

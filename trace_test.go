@@ -176,6 +176,7 @@ func emitTo(out string) inboxd.Handler {
 // A program's inboxd.Client with its own TracerProvider (OTLP over HTTP) exports one trace
 // from the publisher's traceparent through processing to the emitted message.
 func TestClientExportsOneTrace(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	broker := testenv.Broker(t)
 	in, out := testenv.Queue(t), testenv.Queue(t)

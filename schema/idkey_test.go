@@ -16,6 +16,7 @@ import (
 // keeps its rows and their ids; its events' redeliveries still collapse onto them; and
 // after it an entry with a non-UUID id is journaled under its computed key.
 func TestMigration0013KeepsExistingJournal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	// A fresh, empty schema first in the search path stands in for a database that

@@ -18,6 +18,7 @@ import (
 
 // Statements are split on line-ending semicolons, so none may hide inside a literal.
 func TestMigrationsSplit(t *testing.T) {
+	t.Parallel()
 	ms, err := schema.Migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,7 @@ func TestMigrationsSplit(t *testing.T) {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t) // migrated once already
 	for i := 0; i < 2; i++ {
 		applied, err := schema.Migrate(context.Background(), db.Pool)
@@ -63,6 +65,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // schema all succeed, and each migration is applied by exactly one of them (the lock),
 // not by several that each ran its IF NOT EXISTS statements.
 func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	for round := range 3 {

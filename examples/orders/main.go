@@ -5,7 +5,7 @@
 //	INBOXD_DATABASE_URL=postgres://postgres@127.0.0.1:5432/orders?sslmode=disable \
 //	INBOXD_STOMP_ADDR=127.0.0.1:61613 go run ./examples/orders
 //
-// Publish an order (a JSON object with a UUID "id") to /queue/orders, e.g. with the
+// Publish an order (a JSON object with an "id" such as "ord-0001") to /queue/orders, e.g. with the
 // broker's web console, and find it in the orders table. Ctrl-C stops it gracefully.
 package main
 
@@ -69,15 +69,8 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 	defer pool.Close()
-	if err := inboxd.Migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool); err != nil {
 		return err
-	}
-	// The program's own table: its rows commit with the event's PROCESSED status.
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
-		id       UUID PRIMARY KEY,
-		customer TEXT NOT NULL,
-		total    INT8 NOT NULL)`); err != nil {
-		return fmt.Errorf("creating the orders table: %w", err)
 	}
 
 	c, err := inboxd.New(pool, cfg)
@@ -88,6 +81,21 @@ func run(ctx context.Context, getenv func(string) string, logger *slog.Logger) e
 	return c.Run(ctx) // nil after a graceful shutdown on Ctrl-C
 }
 
+// migrate creates inboxd's tables and the program's own, whose rows commit with the
+// event's PROCESSED status.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := inboxd.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
+		order_id TEXT PRIMARY KEY,
+		customer TEXT NOT NULL,
+		total    INT8 NOT NULL)`); err != nil {
+		return fmt.Errorf("creating the orders table: %w", err)
+	}
+	return nil
+}
+
 type order struct {
 	ID       string `json:"id"`
 	Customer string `json:"customer"`
@@ -95,22 +103,23 @@ type order struct {
 }
 
 // placeOrder records an order and emits order.accepted, both in the processing
-// transaction: either both happen, with the PROCESSED status, or neither.
+// transaction: either both happen, with the PROCESSED status, or neither. The order is
+// keyed by ev.Key, its own id ("ord-0001"); ev.ID is its journal id.
 func placeOrder(events string) inboxd.Handler {
 	return inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
 		var o order
 		if err := json.Unmarshal(ev.Payload, &o); err != nil {
-			return inboxd.Reject(fmt.Errorf("order %s: %w", ev.ID, err))
+			return inboxd.Reject(fmt.Errorf("order %s: %w", ev.Key, err))
 		}
 		if o.Customer == "" || o.Total <= 0 {
 			// Retrying cannot fix it: REJECTED, not retried.
 			return inboxd.Reject(errors.New("an order needs a customer and a positive total"))
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
-			ev.ID, o.Customer, o.Total); err != nil {
-			return fmt.Errorf("recording order %s: %w", ev.ID, err)
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (order_id, customer, total) VALUES ($1, $2, $3) ON CONFLICT (order_id) DO NOTHING`,
+			ev.Key, o.Customer, o.Total); err != nil {
+			return fmt.Errorf("recording order %s: %w", ev.Key, err)
 		}
-		body, err := json.Marshal(map[string]any{"orderId": ev.ID, "customer": o.Customer, "total": o.Total})
+		body, err := json.Marshal(map[string]any{"orderId": ev.Key, "customer": o.Customer, "total": o.Total})
 		if err != nil {
 			return err
 		}

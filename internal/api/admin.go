@@ -72,7 +72,7 @@ type retryResponse struct {
 // FAILED, attempts 0, due now). Repeating it is harmless. An entry that is RECEIVED is
 // already pending: 200 with retried false. A PROCESSED entry is 409: use replay.
 func (s *Server) adminRetryOne(c echo.Context) error {
-	id, err := parseID(c.Param("id"))
+	id, err := parseEventRef(c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -121,9 +121,14 @@ func operatorName(by, what string) (string, error) {
 }
 
 // entryRequest reads the {id} of an admin action on one row and decodes its JSON body
-// into req; optional: an empty body leaves req as it is.
+// into req; optional: an empty body leaves req as it is. A journal entry's id may be
+// its event id too (parseEventRef); a quarantined message's is its UUID.
 func entryRequest(c echo.Context, req any, optional bool) (string, error) {
-	id, err := parseID(c.Param("id"))
+	parse := parseEventRef
+	if strings.HasPrefix(c.Path(), "/admin/quarantine/") {
+		parse = parseID
+	}
+	id, err := parse(c.Param("id"))
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 func TestAdminAuth(t *testing.T) {
+	t.Parallel()
 	const token = "tok-3f9a"
 	admin := []struct{ method, path string }{
 		{"GET", "/admin/events"},
@@ -73,6 +74,7 @@ func TestAdminAuth(t *testing.T) {
 }
 
 func TestAdminListEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{"j": "mga"}, map[string]any{"j": "mga"}, map[string]any{"j": "x"}, map[string]any{"j": "mga"})
 	setStatus(t, h.db.Pool, journal.StatusDead, ids[0])
@@ -108,6 +110,7 @@ func TestAdminListEvents(t *testing.T) {
 }
 
 func TestAdminRetryOne(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{}, map[string]any{}, map[string]any{})
 	setStatus(t, h.db.Pool, journal.StatusDead, ids[0])
@@ -133,7 +136,8 @@ func TestAdminRetryOne(t *testing.T) {
 		t.Errorf("received entry: %d %s", r.Code, r.Body)
 	}
 	expectError(t, h.do(t, "POST", "/admin/events/"+message.NewID()+"/retry", nil), 404)
-	expectError(t, h.do(t, "POST", "/admin/events/nope/retry", nil), 400)
+	expectError(t, h.do(t, "POST", "/admin/events/nope/retry", nil), 404) // an event id (Event.Key) nobody sent
+	expectError(t, h.do(t, "POST", "/admin/events/"+strings.Repeat("k", 1025)+"/retry", nil), 400)
 	if !strings.Contains(h.log.String(), `"action":"retry"`) {
 		t.Error("retry not logged")
 	}
@@ -142,6 +146,7 @@ func TestAdminRetryOne(t *testing.T) {
 // A DEAD entry parks its aggregate: the entry behind it shows what it waits behind, and
 // an operator's skip, recorded with who and when, moves the aggregate on (issue 18, item 2).
 func TestAdminSkipOne(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration",
 		map[string]any{"aggregateId": "p-1"}, map[string]any{"aggregateId": "p-1"}, map[string]any{"aggregateId": "p-2"})
@@ -180,6 +185,7 @@ func TestAdminSkipOne(t *testing.T) {
 }
 
 func TestAdminRetryFilter(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration",
 		map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "ukgc"}, map[string]any{"jurisdiction": "mga"})
@@ -230,6 +236,7 @@ func TestAdminRetryFilter(t *testing.T) {
 }
 
 func TestAdminReplayDryRunVsReal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration",
 		map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "mga"}, map[string]any{"jurisdiction": "ukgc"})
@@ -294,6 +301,7 @@ func seedQuarantine(t *testing.T, h *harness, bodies ...[]byte) []string {
 }
 
 func TestAdminQuarantine(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	raw := []byte("{\"name\":\"no id\",\"bin\":\"\xff\"}")
 	var bodies [][]byte
@@ -406,6 +414,7 @@ func TestAdminQuarantine(t *testing.T) {
 // to every destination listed. Wildcards and names Emit refuses are refused too, with a
 // 400 that says why, and nothing is published.
 func TestReinjectDestinationRule(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedQuarantine(t, h, []byte(`{"no":"id"}`))
 	for _, dest := range []string{

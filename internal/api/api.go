@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -68,6 +69,10 @@ type Config struct {
 	// "Authorization: Bearer <token>"; the admin token is accepted too. Unset (and no
 	// admin token), the journal is served to localhost only.
 	ReadToken string
+	// AdminTokenSetting and ReadTokenSetting name the settings of the tokens in hints, in
+	// the caller's terms (defaults.SettingName). Default INBOXD_ADMIN_TOKEN and
+	// INBOXD_READ_TOKEN.
+	AdminTokenSetting, ReadTokenSetting string
 	// Limits bound slow and large clients; zero fields take httpsec.DefaultLimits.
 	Limits httpsec.Limits
 
@@ -149,20 +154,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
+	cfg.AdminTokenSetting = cmp.Or(cfg.AdminTokenSetting, "INBOXD_ADMIN_TOKEN")
+	cfg.ReadTokenSetting = cmp.Or(cfg.ReadTokenSetting, "INBOXD_READ_TOKEN")
 	// Once any token is set, no route that reads or changes data is served without one:
 	// with a read token alone, /admin has no token of its own and is refused to
 	// everyone (the read token does not open it), localhost included.
 	anyToken := cfg.AdminToken != "" || cfg.ReadToken != ""
-	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: "INBOXD_ADMIN_TOKEN", Tokens: []string{cfg.AdminToken},
+	s.admin = httpsec.Guard{Realm: "inboxd-admin", EnvVar: cfg.AdminTokenSetting, Tokens: []string{cfg.AdminToken},
 		RefuseWithoutToken: anyToken, Log: s.log}.Middleware()
-	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: "INBOXD_READ_TOKEN", Tokens: []string{cfg.ReadToken, cfg.AdminToken},
+	s.read = httpsec.Guard{Realm: "inboxd-read", EnvVar: cfg.ReadTokenSetting, Tokens: []string{cfg.ReadToken, cfg.AdminToken},
 		RefuseWithoutToken: anyToken, Log: s.log}.Middleware()
 	switch {
 	case !anyToken:
-		s.log.Warn("no admin token: /admin is served to localhost only; set INBOXD_ADMIN_TOKEN for remote access")
-		s.log.Info("no read token: /journal is served to localhost only; set INBOXD_READ_TOKEN for remote access")
+		s.log.Warn("no admin token: /admin is served to localhost only; set " + cfg.AdminTokenSetting + " for remote access")
+		s.log.Info("no read token: /journal is served to localhost only; set " + cfg.ReadTokenSetting + " for remote access")
 	case cfg.AdminToken == "":
-		s.log.Warn("a read token but no admin token: /admin is refused to everyone, localhost included; set INBOXD_ADMIN_TOKEN to use it")
+		s.log.Warn("a read token but no admin token: /admin is refused to everyone, localhost included; set " + cfg.AdminTokenSetting + " to use it")
 	}
 
 	e := echo.New()

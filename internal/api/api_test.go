@@ -89,6 +89,7 @@ func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...strin
 }
 
 func TestErrorShape(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	tests := []struct {
 		method, path string
@@ -99,7 +100,8 @@ func TestErrorShape(t *testing.T) {
 		{"DELETE", "/journal/stats", nil, 405},
 		{"PUT", "/journal/stats", nil, 405},
 		{"POST", "/admin/events/replay", "{", 400},
-		{"GET", "/journal/not-a-uuid", nil, 400},
+		{"GET", "/journal/not-a-uuid", nil, 404}, // an event id (Event.Key) nobody sent
+		{"GET", "/journal/" + strings.Repeat("k", 1025), nil, 400},
 		{"GET", "/journal/" + message.NewID(), nil, 404},
 		{"GET", "/journal/-events", nil, 404},
 		{"POST", "/admin/events/replay", strings.Repeat("x", 2<<20), 413},
@@ -115,6 +117,7 @@ func TestErrorShape(t *testing.T) {
 }
 
 func TestRequestLogs(t *testing.T) {
+	t.Parallel()
 	const token = "s3cr3t-admin-token"
 	h := newHarness(t, func(c *Config) { c.AdminToken = token })
 	r := h.do(t, "GET", "/admin/events", nil, "Authorization", "Bearer "+token, "X-Request-Id", "req-123")

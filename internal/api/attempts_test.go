@@ -16,6 +16,7 @@ import (
 // Issue 18, item 7: every handler attempt is recorded (when, how long, how many runs,
 // the outcome and the error), and GET /journal/{id} returns the timeline.
 func TestEntryAttemptTimeline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	ids := seedEvents(t, h.db.Pool, "flaky", map[string]any{"n": 1})

@@ -16,6 +16,7 @@ import (
 // history (GET /journal/{id}, timeline), and requeues the entry; only the admin token may do it (issue 22,
 // item 5).
 func TestAdminEditAndRetry(t *testing.T) {
+	t.Parallel()
 	const admin, reader = "adm-7c1d", "read-2b9e"
 	h := newHarness(t, func(c *Config) { c.AdminToken, c.ReadToken, c.MaxEventBytes = admin, reader, 256 })
 	ids := seedEvents(t, h.db.Pool, "payment", map[string]any{"amount": "twelve"}, map[string]any{"amount": "1.00"})
@@ -35,7 +36,7 @@ func TestAdminEditAndRetry(t *testing.T) {
 	}{
 		{"no token", path, map[string]any{"by": "alice", "payload": fixed}, nil, http.StatusUnauthorized, ""},
 		{"read token", path, map[string]any{"by": "alice", "payload": fixed}, []string{"Authorization", "Bearer " + reader}, http.StatusUnauthorized, ""},
-		{"bad id", "/admin/events/nope/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 400, ""},
+		{"unknown event id", "/admin/events/nope/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 404, ""},
 		{"unknown id", "/admin/events/" + message.NewID() + "/edit-and-retry", map[string]any{"by": "alice", "payload": fixed}, auth, 404, ""},
 		{"not DEAD", "/admin/events/" + other + "/edit-and-retry", map[string]any{"by": "alice", "payload": map[string]any{"id": other, "amount": "2.00"}}, auth, 409, ""},
 		{"no by", path, map[string]any{"payload": fixed}, auth, 400, ""},

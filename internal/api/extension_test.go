@@ -34,6 +34,7 @@ func echoExtension() Extension {
 // The core has no business routes; an extension adds its routes, links and OpenAPI
 // paths, and its POSTs follow the core's rules (JSON only, body cap).
 func TestExtension(t *testing.T) {
+	t.Parallel()
 	bare := newHarness(t, nil)
 	if r := bare.do(t, "POST", "/echo", `{}`); r.Code != http.StatusNotFound {
 		t.Fatalf("POST /echo without the extension: %d", r.Code)
@@ -78,6 +79,7 @@ func TestExtension(t *testing.T) {
 
 // An extension cannot redefine the core's paths or schemas, nor bring a broken document.
 func TestExtensionOpenAPIConflicts(t *testing.T) {
+	t.Parallel()
 	for name, frag := range map[string]string{
 		"core path":   `{"paths":{"/journal/{id}":{}}}`,
 		"core schema": `{"components":{"schemas":{"Entry":{}}}}`,

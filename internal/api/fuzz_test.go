@@ -14,6 +14,7 @@ import (
 )
 
 func TestCursorRoundTrip(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2025, 1, 31, 12, 0, 0, 123456000, time.UTC)
 	for _, c := range []cursor{
 		{Kind: cursorJournal, Seq: 1},

@@ -13,6 +13,7 @@ import (
 )
 
 func TestHealthAndReady(t *testing.T) {
+	t.Parallel()
 	brokerErr := errors.New("dial tcp 127.0.0.1:61613: connection refused")
 	var brokerDown bool
 	h := newHarness(t, func(c *Config) {
@@ -59,6 +60,7 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	r := h.do(t, "GET", "/metrics", nil)
 	if r.Code != 200 || !strings.Contains(string(r.Body), "go_goroutines") {
@@ -67,6 +69,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestServeShutsDownGracefully(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.ShutdownTimeout = 5 * time.Second })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -133,8 +134,22 @@ func parseID(raw string) (string, error) {
 	return id, nil
 }
 
+// parseEventRef reads GET /journal/{id}'s id: the journal id (a UUID) or the event's
+// own id as its publisher sent it (Event.Key, e.g. "ord-0001"), which message.JournalID
+// maps to the journal id; a UUID key is its own journal id, so both readings agree. A
+// CloudEvent's journal id comes from its source and id, so it is found by journal id.
+func parseEventRef(raw string) (string, error) {
+	if raw == "" || len(raw) > maxEventRef || !validText(raw) {
+		return "", BadRequest("invalid id", map[string]string{"id": fmt.Sprintf("must be a journal id or an event id of 1 to %d bytes of text", maxEventRef)})
+	}
+	return message.JournalID(raw), nil
+}
+
+// maxEventRef bounds an event id in a path, as ingest bounds it (message.checkKey).
+const maxEventRef = 1024
+
 func (s *Server) getEntry(c echo.Context, raw string) error {
-	id, err := parseID(raw)
+	id, err := parseEventRef(raw)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestListEventsFilters(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	regs := seedEvents(t, h.db.Pool, "registration",
 		map[string]any{"jurisdiction": "mga", "email": "a@x.com", "address": map[string]any{"country": "mt"}},
@@ -84,6 +85,7 @@ func TestListEventsFilters(t *testing.T) {
 }
 
 func TestListEventsPaginationWalk(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var payloads []map[string]any
 	for i := 0; i < 37; i++ {
@@ -149,6 +151,7 @@ func TestListEventsPaginationWalk(t *testing.T) {
 }
 
 func TestGetEntry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{"jurisdiction": "mga"})
 	r := h.do(t, "GET", "/journal/"+ids[0], nil)
@@ -169,6 +172,7 @@ func TestGetEntry(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{}, map[string]any{}, map[string]any{})
 	seedEvents(t, h.db.Pool, "payment", map[string]any{})

@@ -8,6 +8,7 @@ import (
 // A browser exploring from GET / by links, as the reference tutorial's readers do (the
 // registration package tests the tutorial's own requests).
 func TestLinks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var idx struct {
 		Links Links `json:"_links"`

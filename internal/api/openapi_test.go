@@ -39,6 +39,7 @@ func echoStyle(tmpl string) string {
 // /journal/{id} and /journal/{type}-events, so each documented path is also resolved
 // through Echo's router with sample values.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	var doc openAPIDocument
 	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
 		t.Fatalf("openapi.json: %v", err)
@@ -104,6 +105,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 // TestOpenAPIRefsResolve catches a $ref to a schema that does not exist.
 func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		Components struct {
 			Schemas map[string]json.RawMessage `json:"schemas"`

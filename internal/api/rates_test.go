@@ -8,6 +8,7 @@ import (
 )
 
 func TestJournalRates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{"a": 1}, map[string]any{"a": 2}, map[string]any{"a": 3})
 	ctx := context.Background()
@@ -63,6 +64,7 @@ func TestJournalRates(t *testing.T) {
 // requests a browser marks as cross-origin are refused, token or not; programs and
 // same-origin pages pass.
 func TestCrossOriginRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil) // no admin token: the case where CSRF would otherwise work
 	ids := seedEvents(t, h.db.Pool, "registration", map[string]any{"a": 1})
 	setStatus(t, h.db.Pool, "DEAD", ids...)
@@ -92,6 +94,7 @@ func TestCrossOriginRefused(t *testing.T) {
 
 // On PostgreSQL there is no changefeed: /admin/feed says so rather than failing.
 func TestAdminFeedOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.AdminToken = "t" })
 	expectError(t, h.do(t, http.MethodGet, "/admin/feed", nil), http.StatusUnauthorized)
 	r := h.do(t, http.MethodGet, "/admin/feed", nil, "Authorization", "Bearer t")

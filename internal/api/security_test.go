@@ -16,6 +16,7 @@ const remote = "203.0.113.7:51000" // a client elsewhere on the network
 // Issue 10: with no token configured, admin and the journal (personal data, the
 // "is this e-mail registered?" oracle) were open to anyone on the network.
 func TestNoTokenServesLocalhostOnly(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for _, tc := range []struct{ method, path, envVar string }{
 		{"GET", "/admin/events", "INBOXD_ADMIN_TOKEN"},
@@ -45,6 +46,7 @@ func TestNoTokenServesLocalhostOnly(t *testing.T) {
 }
 
 func TestReadToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.ReadToken, c.AdminToken = "read-tok", "admin-tok" })
 	auth := func(tok string) []string { return []string{"RemoteAddr", remote, "Authorization", "Bearer " + tok} }
 	if r := h.do(t, "GET", "/journal/registration-events", nil, auth("read-tok")...); r.Code != 200 {
@@ -61,6 +63,7 @@ func TestReadToken(t *testing.T) {
 // browser could trigger it (CSRF). POST /registration took text/plain too (see the
 // registration package for its own check).
 func TestStateChangesDemandJSON(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	body := `{"type":"registration","payload":{"jurisdiction":"mga"}}`
 	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/jsonx"} {
@@ -75,6 +78,7 @@ func TestStateChangesDemandJSON(t *testing.T) {
 }
 
 func TestSecurityHeadersAndLimits(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	r := h.do(t, "GET", "/healthz", nil)
 	for _, name := range []string{"X-Content-Type-Options", "X-Frame-Options", "Content-Security-Policy", "Cache-Control", "Referrer-Policy"} {
@@ -97,6 +101,7 @@ func (f fixedWatermarks) Watermarks(context.Context) ([]journal.Watermark, error
 
 // Issue 10: /journal/stats showed the configured sink URL as it was, credentials included.
 func TestStatsRedactsSink(t *testing.T) {
+	t.Parallel()
 	sink := "webhook-https://feeduser:hunter2@inboxd:8443/changefeed?ca_cert=LS0tLS1CRUdJTi&client_key=c2VjcmV0"
 	h := newHarness(t, func(c *Config) {
 		c.Watermarks = fixedWatermarks{{Sink: sink, Resolved: "1.0000000000", ResolvedAt: time.Unix(1, 0), UpdatedAt: time.Unix(1, 0)}}

@@ -281,6 +281,12 @@ func TestParseOptions(t *testing.T) {
 			}
 		}, false},
 		{"bad backlog", []string{"-backlog=-1"}, nil, true},
+		{"river rows need their binary", []string{"-rows=river", "-river-bin=/nonexistent/inboxd-river"}, nil, true},
+		{"river rows by default when the binary exists", []string{"-river-bin=" + os.Args[0]}, func(t *testing.T, o *options) {
+			if !contains(o.Rows, rowRiver) || !contains(o.Rows, rowRiverIngest) || o.River.Workers != 200 || o.River.FetchCooldown != 10*time.Millisecond {
+				t.Errorf("rows %v, river %+v", o.Rows, o.River)
+			}
+		}, false},
 		{"unknown row", []string{"-rows=broker,nope"}, nil, true},
 		{"bad ack mode", []string{"-ack-mode=auto"}, nil, true},
 		{"bad n", []string{"-n=0"}, nil, true},
@@ -326,25 +332,41 @@ func TestKnobsRoundTrip(t *testing.T) {
 func sampleReport() *Report {
 	lat := &Latency{Count: 3000, P50: 110, P95: 190, P99: 240, Max: 400}
 	ms := []Measurement{
-		{Row: rowBroker, Config: "auto", N: 100, Rep: 1, MsgPerSec: 10000, CPUPer10k: 0.1, PeakRSSBytes: 10 << 20, OK: true, Check: "ok"},
+		{Row: rowBroker, Config: "auto", N: 100, Rep: 1, MsgPerSec: 10000, CPUPer10k: 0.1, PeakRSSBytes: 10 << 20, OK: true, Check: "ok", Load: 0.5, Calibration: 1.25},
 		{Row: rowNaive, Config: "naive", N: 100, Rep: 1, MsgPerSec: 2000, CPUPer10k: 1, PeakRSSBytes: 12 << 20, OK: true, Check: "ok"},
 		{Row: rowIngest, Config: "batch=500 <&>", N: 100, Rep: 1, MsgPerSec: 9000, CPUPer10k: 0.5, PeakRSSBytes: 20 << 20, OK: true, Check: "ok"},
-		{Row: rowBroker, Config: "auto", N: 100, Rep: 2, MsgPerSec: 12000, CPUPer10k: 0.1, PeakRSSBytes: 11 << 20, OK: true, Check: "ok"},
+		{Row: rowBroker, Config: "auto", N: 100, Rep: 2, MsgPerSec: 12000, CPUPer10k: 0.1, PeakRSSBytes: 11 << 20, OK: true, Check: "ok", Load: 1.75, Calibration: 2.5},
 		{Row: rowNaive, Config: "naive", N: 100, Rep: 2, MsgPerSec: 3000, CPUPer10k: 1, PeakRSSBytes: 12 << 20, OK: true, Check: "ok"},
 		{Row: rowIngest, Config: "batch=500 <&>", N: 100, Rep: 2, MsgPerSec: 10800, CPUPer10k: 0.7, PeakRSSBytes: 25 << 20, OK: false, Check: "journal=1"},
+		{Row: rowRiverIngest, Config: "river", N: 100, Rep: 1, MsgPerSec: 6000, OK: true, Check: "ok"},
+		{Row: rowRiverIngest, Config: "river", N: 100, Rep: 2, MsgPerSec: 9000, OK: true, Check: "ok"},
 		{Row: rowE2ESweeper, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: 1000, Latency: lat, OK: true, Check: "ok"},
 		{Row: rowE2EWebhook, Config: "e2e", N: 3000, Rep: 1, MsgPerSec: math.NaN(), OK: true, Check: "ok",
 			Latency: &Latency{P50: math.NaN(), P95: math.NaN(), P99: math.NaN(), Max: math.NaN()}},
 	}
-	rep := &Report{Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Host: Host{CPUs: 2}, Settings: map[string]any{"reps": 2}, Measurements: ms}
+	rep := &Report{Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Host: Host{CPUs: 2, CalibrationBefore: 1.11, CalibrationAfter: 2.22}, Settings: map[string]any{"reps": 2}, Measurements: ms}
 	rep.Summaries = summarizeAll(ms)
 	return rep
 }
 
+func TestCalibrate(t *testing.T) {
+	// A sample is scaled to the header's 300 MiB: on any machine, hashing 30 MiB and
+	// scaling takes about as long as the whole would, far from the 10× of an unscaled one.
+	whole, sample := calibrate(0), calibrate(rowCalibrationMiB)
+	if whole <= 0 || sample <= 0 || sample > 4*whole || whole > 4*sample {
+		t.Errorf("calibrate(0) = %.3f s, calibrate(%d) = %.3f s: not on one scale", whole, rowCalibrationMiB, sample)
+	}
+}
+
 func TestSummarizeAll(t *testing.T) {
 	s := sampleReport().Summaries
-	if len(s) != 5 {
-		t.Fatalf("got %d summaries, want 5", len(s))
+	if len(s) != 6 {
+		t.Fatalf("got %d summaries, want 6", len(s))
+	}
+	// River's rows are set beside inboxd's counterpart of the same repetition: ingest
+	// 9000/6000 and 10800/9000.
+	if riv := s[3]; math.Abs(riv.InboxdVsThis-1.35) > 1e-9 || !strings.Contains(riv.Check, "ingest 1.35× this") {
+		t.Errorf("river-ingest summary = %+v", riv)
 	}
 	ing := s[2]
 	// Ratios per repetition: 0.9 and 0.9 against the broker, 4.5 and 3.6 against naive.
@@ -354,7 +376,7 @@ func TestSummarizeAll(t *testing.T) {
 	if ing.MsgPerSec != 9900 || ing.PeakRSSBytes != 25<<20 || ing.OK || !strings.Contains(ing.Check, "rep 2") {
 		t.Errorf("ingest summary = %+v", ing)
 	}
-	e2e := s[3]
+	e2e := s[4]
 	if e2e.Latency == nil || e2e.Latency.P99 != 240 || math.Abs(e2e.VsBroker-0.1) > 1e-9 {
 		t.Errorf("e2e summary = %+v (latency %+v)", e2e, e2e.Latency)
 	}
@@ -366,7 +388,10 @@ func TestRender(t *testing.T) {
 	if err := writeTable(&table, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"vs broker", "0.90×", "4.05×", "110 / 190 / 240", "rep 2: journal=1"} {
+	// The machine's conditions: the calibration before and after in the caption, and
+	// each row's load and calibration span over its repetitions.
+	for _, want := range []string{"vs broker", "0.90×", "4.05×", "110 / 190 / 240", "rep 2: journal=1",
+		"calibration 1.11 → 2.22 s", "0.50–1.75", "1.25–2.50"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -375,8 +400,8 @@ func TestRender(t *testing.T) {
 	if err := writeMarkdown(&md, rep); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Count(md.String(), "\n| "); lines != 6 { // header, separator, 5 rows
-		t.Errorf("markdown has %d table lines, want 6:\n%s", lines, md.String())
+	if lines := strings.Count(md.String(), "\n| "); lines != 7 { // header, separator, 6 rows
+		t.Errorf("markdown has %d table lines, want 7:\n%s", lines, md.String())
 	}
 
 	var svg bytes.Buffer
@@ -397,8 +422,8 @@ func TestRender(t *testing.T) {
 			rects++
 		}
 	}
-	if rects != 1+5+3*2 { // background, throughput bars, 3 percentiles per e2e row
-		t.Errorf("svg has %d rects, want 12", rects)
+	if rects != 1+6+3*2 { // background, throughput bars, 3 percentiles per e2e row
+		t.Errorf("svg has %d rects, want 13", rects)
 	}
 
 	dir := t.TempDir()
@@ -413,7 +438,7 @@ func TestRender(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("results.json does not parse: %v", err)
 	}
-	if len(back.Summaries) != 5 || len(back.Measurements) != 8 {
+	if len(back.Summaries) != 6 || len(back.Measurements) != 10 {
 		t.Errorf("results.json round trip lost rows: %d summaries, %d measurements", len(back.Summaries), len(back.Measurements))
 	}
 }

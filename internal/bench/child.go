@@ -22,6 +22,8 @@ type childOutcome struct {
 	HostCPU time.Duration // busy CPU of the whole machine while the child ran
 	// ServiceCPU is what the broker and the database spent while the child ran.
 	ServiceCPU map[string]time.Duration
+	// Conditions are the load and calibration just before the child started.
+	Conditions conditions
 }
 
 // reexec returns the program and leading arguments that run RowMain: this binary's
@@ -38,11 +40,11 @@ func reexec() (string, []string, error) {
 // ready, then closes the child's stdin and waits for its result and exit.
 func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx context.Context) error) (childOutcome, error) {
 	var out childOutcome
-	exe, prefix, err := reexec()
+	exe, args, err := a.command()
 	if err != nil {
 		return out, err
 	}
-	cmd := exec.CommandContext(ctx, exe, append(prefix, a.args()...)...)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.WaitDelay = 10 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -55,6 +57,7 @@ func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx 
 	stderr := &tailBuffer{max: 8 << 10}
 	cmd.Stderr = stderr
 
+	out.Conditions = measureConditions()
 	cpu0, svc0 := hostCPU(), serviceCPU(pids)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

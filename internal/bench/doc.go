@@ -30,6 +30,19 @@
 //     state, then -backlog-fresh events of other aggregates are published and drained by
 //     ingest and the engine as in e2e-max. The drain time is given as a ratio to the
 //     first level's (issue 20: at most 1.5× at 100 k), and the claim's p50/p99.
+//  7. river-ingest, river: the same inbox built with River v0.51.2 as River's docs
+//     build one (internal/riverbench, a module and binary of their own, inboxd-river:
+//     the library's go.mod does not name River). The consumer inserts one unique job per
+//     event id per batch (InsertManyTx, UniqueOpts{ByArgs: true}) and acks after the
+//     commit; river's workers (-river-workers 200, -river-fetch-cooldown 10ms) write the
+//     demo's effect and complete the job with JobCompleteTx in one transaction. They are
+//     checked like ingest and e2e-max (one job per unique valid id, the malformed
+//     messages rejected, every job completed with its customer) and set beside them:
+//     "ingest 1.3× this", "e2e-max 3.9× this".
+//
+// The header gives a CPU calibration (seconds for one core to SHA-256 300 MiB) at the
+// start and the end of the run, and each row the load average and a calibration sample
+// taken when it started: the machine's speed drifts, and a figure is read beside them.
 //
 // # How a row is measured
 //

@@ -260,7 +260,7 @@ func newEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool,
 	reg.Register(registration.EventType, registration.Handler)
 	m := metrics.New()
 	tp, _ := a.Knobs.tracerProvider()
-	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency, TracerProvider: tp}, m, log), nil
+	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency, KickLinger: a.Knobs.KickLinger, TracerProvider: tp}, m, log), nil
 }
 
 // runE2EMax is the e2e-max row: the corpus is on the queue before it starts; ingest and

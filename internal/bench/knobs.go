@@ -22,6 +22,7 @@ type Knobs struct {
 	Concurrency   int           `json:"concurrency"`
 	SweepInterval time.Duration `json:"sweep_interval"`
 	FeedFlush     time.Duration `json:"feed_flush"`
+	KickLinger    time.Duration `json:"kick_linger"`
 	// Tracing records every span with the OpenTelemetry SDK (tracing.go).
 	Tracing bool `json:"tracing,omitempty"`
 }
@@ -31,7 +32,7 @@ type Knobs struct {
 func defaultKnobs() Knobs {
 	return Knobs{BatchSize: defaults.BatchSize, Linger: defaults.BatchLinger, Prefetch: defaults.Prefetch,
 		InFlight: defaults.CommitsInFlight, AckMode: defaults.AckMode, PoolSize: 4, Concurrency: defaults.Concurrency(),
-		SweepInterval: defaults.SweepInterval, FeedFlush: 200 * time.Millisecond}
+		SweepInterval: defaults.SweepInterval, FeedFlush: 200 * time.Millisecond, KickLinger: defaults.KickLinger}
 }
 
 func (k *Knobs) register(fs *flag.FlagSet) {
@@ -43,6 +44,7 @@ func (k *Knobs) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.PoolSize, "pool-size", k.PoolSize, "database connections of the row (pgxpool MaxConns)")
 	fs.IntVar(&k.Concurrency, "concurrency", k.Concurrency, "e2e: events processed in parallel")
 	fs.DurationVar(&k.SweepInterval, "sweep-interval", k.SweepInterval, "e2e-sweeper: how often the sweeper looks for work")
+	fs.DurationVar(&k.KickLinger, "kick-linger", k.KickLinger, "e2e: how long the workers let ingest commits' kicks gather before claiming (negative: none)")
 	fs.BoolVar(&k.Tracing, "tracing", k.Tracing, "record OpenTelemetry spans (SDK, always sampled, exported nowhere) and publish messages with a traceparent")
 	fs.DurationVar(&k.FeedFlush, "feed-flush", k.FeedFlush, "e2e-webhook: the changefeed stand-in's flush frequency (webhook_sink_config Flush.Frequency)")
 }
@@ -57,6 +59,7 @@ func (k Knobs) args() []string {
 		"-pool-size=" + strconv.Itoa(k.PoolSize),
 		"-concurrency=" + strconv.Itoa(k.Concurrency),
 		"-sweep-interval=" + k.SweepInterval.String(),
+		"-kick-linger=" + k.KickLinger.String(),
 		"-feed-flush=" + k.FeedFlush.String(),
 		"-tracing=" + strconv.FormatBool(k.Tracing),
 	}
@@ -101,9 +104,9 @@ func (k Knobs) untracedLabel(row string) string {
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowE2ESweeper:
-		return fmt.Sprintf("batch=%d ack=%s conc=%d push sweep=%s", k.BatchSize, k.AckMode, k.Concurrency, k.SweepInterval)
+		return fmt.Sprintf("batch=%d linger=%s ack=%s conc=%d push kick-linger=%s sweep=%s", k.BatchSize, k.Linger, k.AckMode, k.Concurrency, k.KickLinger, k.SweepInterval)
 	case rowE2EMax:
-		return fmt.Sprintf("pre-published; batch=%d conc=%d push", k.BatchSize, k.Concurrency)
+		return fmt.Sprintf("pre-published; batch=%d conc=%d push kick-linger=%s", k.BatchSize, k.Concurrency, k.KickLinger)
 	default:
 		return fmt.Sprintf("batch=%d ack=%s conc=%d feed-flush=%s", k.BatchSize, k.AckMode, k.Concurrency, k.FeedFlush)
 	}

@@ -41,6 +41,9 @@ type options struct {
 	BacklogFresh int
 	JournalSize  int // journal-size: settled entries pre-filled
 
+	// River is how the river rows run (river.go).
+	River riverSettings
+
 	Sweep         bool
 	SweepBatch    []int
 	SweepAck      []string
@@ -70,7 +73,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&ns, "n", "", "messages per drain row, comma-separated (default 20000,200000; quick 5000)")
 	fs.IntVar(&o.Reps, "reps", 0, "repetitions; the table shows medians (default 3; quick 1)")
 	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
-	fs.StringVar(&rows, "rows", "", "rows to run, comma-separated (default "+strings.Join(allRows, ",")+"; quick without "+rowJournalSize+")")
+	fs.StringVar(&rows, "rows", "", "rows to run, comma-separated (default "+strings.Join(allRows, ",")+", and "+strings.Join(riverRows, ",")+
+		" when -river-bin exists; quick without "+rowJournalSize+")")
 	fs.StringVar(&backlog, "backlog", "", "backlog row: events blocked behind failed heads, one measurement per level (default 0,100000,1000000; quick 0,10000)")
 	fs.IntVar(&o.BacklogHeads, "backlog-heads", 1000, "backlog row: aggregates whose FAILED head, due in an hour, blocks the backlog")
 	fs.IntVar(&o.BacklogFresh, "backlog-fresh", 2000, "backlog row: fresh events of other aggregates drained at each level")
@@ -87,6 +91,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		"database server where each row creates (and drops) a database of its own (env INBOXD_BENCH_ADMIN_URL)")
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "write a pprof CPU profile of every row's child into the results directory")
 	fs.DurationVar(&o.RowTimeout, "row-timeout", 10*time.Minute, "give up on a row after this long")
+	o.River.register(fs)
 	fs.BoolVar(&o.Sweep, "sweep", false, "run the ingest row once per configuration of the -sweep-* matrix")
 	fs.StringVar(&sb, "sweep-batch", "100,500,1000", "sweep: batch sizes")
 	fs.StringVar(&sa, "sweep-ack", "client,client-individual", "sweep: ack modes")
@@ -131,10 +136,16 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.Backlog, err = levelList(backlog); err != nil {
 		return nil, fmt.Errorf("-backlog: %w", err)
 	}
+	if err := o.River.resolve(); err != nil {
+		return nil, err
+	}
 	if rows == "" {
 		rows = strings.Join(allRows, ",")
 		if o.Quick {
 			rows = strings.Join(quickRows, ",")
+		}
+		if o.River.found() {
+			rows += "," + strings.Join(riverRows, ",")
 		}
 	}
 	for _, r := range strings.Split(rows, ",") {
@@ -142,8 +153,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if r == "" {
 			continue
 		}
-		if !contains(allRows, r) {
-			return nil, fmt.Errorf("-rows: unknown row %q (have %s)", r, strings.Join(allRows, ", "))
+		if !contains(allRows, r) && !contains(riverRows, r) {
+			return nil, fmt.Errorf("-rows: unknown row %q (have %s, %s)", r, strings.Join(allRows, ", "), strings.Join(riverRows, ", "))
+		}
+		if contains(riverRows, r) && !o.River.found() {
+			return nil, fmt.Errorf("-rows: row %s needs %s (make build builds it; or -river-bin)", r, o.River.Bin)
 		}
 		o.Rows = append(o.Rows, r)
 	}
@@ -280,11 +294,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Settings: o.settings(),
 	}
 	r := &runner{o: o, log: stderr}
+	r.logf("CPU calibration: %.2f s to SHA-256 %d MiB on one core (lower is faster); load %.2f", rep.Host.CalibrationBefore, calibrationMiB, rep.Host.LoadBefore)
 	started := time.Now()
 	runErr := r.run(ctx, rep)
 	rep.Finished = time.Now().UTC()
 	rep.Seconds = time.Since(started).Seconds()
-	rep.Host.LoadAfter = loadAvg()
+	rep.Host.LoadAfter, rep.Host.CalibrationAfter = loadAvg(), calibrate(0)
 	rep.Summaries = summarizeAll(rep.Measurements)
 	if len(rep.Measurements) > 0 {
 		if err := writeTable(stdout, rep); err != nil {
@@ -311,12 +326,14 @@ func (o *options) settings() map[string]any {
 		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
 		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup, "warmup_broker": o.BrokerWarmup,
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
+		"river":   o.River,
 		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
 	}
 }
 
 func hostInfo() Host {
-	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadBefore: loadAvg()}
+	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		LoadBefore: loadAvg(), CalibrationBefore: calibrate(0)}
 	h.Name, _ = os.Hostname()
 	return h
 }

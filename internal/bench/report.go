@@ -31,6 +31,10 @@ type Host struct {
 	GoVersion  string  `json:"go_version"`
 	LoadBefore float64 `json:"load_before"`
 	LoadAfter  float64 `json:"load_after"`
+	// CalibrationBefore/After are the seconds one core took to SHA-256 300 MiB at the
+	// start and the end of the run (calibrate): a slow phase of the machine shows there.
+	CalibrationBefore float64 `json:"calibration_before_s"`
+	CalibrationAfter  float64 `json:"calibration_after_s"`
 }
 
 // Measurement is one row, one configuration, one repetition.
@@ -70,29 +74,41 @@ type Measurement struct {
 	SlowdownVs string  `json:"slowdown_vs,omitempty"` // the baseline, in words
 	// ClaimLatency is journal.ClaimHeads' duration on the backlog row's setup, in ms.
 	ClaimLatency *Latency `json:"claim_latency_ms,omitempty"`
+	// Load is the 1-minute load average when the row started, Calibration a sample of
+	// the header's figure taken then (seconds to SHA-256 300 MiB, scaled from 30 MiB).
+	Load        float64 `json:"load"`
+	Calibration float64 `json:"calibration_s"`
 }
 
 // Summary is the medians of one row and configuration over the repetitions.
 type Summary struct {
-	Row             string   `json:"row"`
-	Config          string   `json:"config"`
-	N               int      `json:"n"`
-	Reps            int      `json:"reps"`
-	MsgPerSec       float64  `json:"msg_per_sec"`
-	CPUPer10k       float64  `json:"cpu_seconds_per_10k"`
-	HostCPUPer10k   float64  `json:"host_cpu_seconds_per_10k"`
-	BrokerCPUPer10k float64  `json:"broker_cpu_seconds_per_10k"`
-	DBCPUPer10k     float64  `json:"db_cpu_seconds_per_10k"`
-	PeakRSSBytes    int64    `json:"peak_rss_bytes"` // the largest over the repetitions
-	VsBroker        float64  `json:"vs_broker"`      // median of the per-repetition ratios
-	VsNaive         float64  `json:"vs_naive"`
-	VsIngest        float64  `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
-	Latency         *Latency `json:"latency,omitempty"`   // median of each percentile
-	IngestLatency   *Latency `json:"ingest_latency,omitempty"`
-	Check           string   `json:"check"`
-	OK              bool     `json:"ok"`
-	Slowdown        float64  `json:"slowdown,omitempty"`         // median (see Measurement)
-	ClaimLatency    *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
+	Row             string  `json:"row"`
+	Config          string  `json:"config"`
+	N               int     `json:"n"`
+	Reps            int     `json:"reps"`
+	MsgPerSec       float64 `json:"msg_per_sec"`
+	CPUPer10k       float64 `json:"cpu_seconds_per_10k"`
+	HostCPUPer10k   float64 `json:"host_cpu_seconds_per_10k"`
+	BrokerCPUPer10k float64 `json:"broker_cpu_seconds_per_10k"`
+	DBCPUPer10k     float64 `json:"db_cpu_seconds_per_10k"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"` // the largest over the repetitions
+	VsBroker        float64 `json:"vs_broker"`      // median of the per-repetition ratios
+	VsNaive         float64 `json:"vs_naive"`
+	VsIngest        float64 `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
+	// InboxdVsThis, for a river row, is inboxd's counterpart (ingest, e2e-max) over it, in
+	// the same repetition.
+	InboxdVsThis  float64  `json:"inboxd_vs_this,omitempty"`
+	Latency       *Latency `json:"latency,omitempty"` // median of each percentile
+	IngestLatency *Latency `json:"ingest_latency,omitempty"`
+	Check         string   `json:"check"`
+	OK            bool     `json:"ok"`
+	Slowdown      float64  `json:"slowdown,omitempty"`         // median (see Measurement)
+	ClaimLatency  *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
+	// LoadMin/Max and CalibrationMin/Max span the repetitions (see Measurement).
+	LoadMin        float64 `json:"load_min"`
+	LoadMax        float64 `json:"load_max"`
+	CalibrationMin float64 `json:"calibration_min_s"`
+	CalibrationMax float64 `json:"calibration_max_s"`
 }
 
 // summarizeAll groups measurements by row, configuration and N, in first-seen order.
@@ -132,10 +148,15 @@ func summarizeAll(ms []Measurement) []Summary {
 	for _, k := range order {
 		g := groups[k]
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
-		var rate, cpu, host, amq, pg, vsB, vsN, vsI []float64
+		var rate, cpu, host, amq, pg, vsB, vsN, vsI, inboxd []float64
 		var lats, ingLats, claims []Latency
 		var slow []float64
-		for _, m := range g {
+		for i, m := range g {
+			if i == 0 {
+				s.LoadMin, s.LoadMax, s.CalibrationMin, s.CalibrationMax = m.Load, m.Load, m.Calibration, m.Calibration
+			}
+			s.LoadMin, s.LoadMax = min(s.LoadMin, m.Load), max(s.LoadMax, m.Load)
+			s.CalibrationMin, s.CalibrationMax = min(s.CalibrationMin, m.Calibration), max(s.CalibrationMax, m.Calibration)
 			rate = append(rate, m.MsgPerSec)
 			cpu = append(cpu, m.CPUPer10k)
 			host = append(host, m.HostCPUPer10k)
@@ -150,6 +171,11 @@ func summarizeAll(ms []Measurement) []Summary {
 			}
 			if b, ok := baseline(rowIngest, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row == rowIngestPrune {
 				vsI = append(vsI, m.MsgPerSec/b.MsgPerSec)
+			}
+			if cp, ok := riverCounterpart[m.Row]; ok && m.MsgPerSec > 0 {
+				if b, ok := baseline(cp, m.Rep, m.N); ok && b.N == m.N {
+					inboxd = append(inboxd, b.MsgPerSec/m.MsgPerSec)
+				}
 			}
 			if m.Latency != nil {
 				lats = append(lats, *m.Latency)
@@ -180,6 +206,10 @@ func summarizeAll(ms []Measurement) []Summary {
 			s.VsIngest = median(vsI)
 			s.Check += fmt.Sprintf("; %.2f× ingest", s.VsIngest)
 		}
+		if len(inboxd) > 0 {
+			s.InboxdVsThis = median(inboxd)
+			s.Check += fmt.Sprintf("; %s %.2f× this", riverCounterpart[k.row], s.InboxdVsThis)
+		}
 		s.Latency, s.IngestLatency = medianLatency(lats), medianLatency(ingLats)
 		s.ClaimLatency = medianLatency(claims)
 		if len(slow) > 0 {
@@ -193,6 +223,9 @@ func summarizeAll(ms []Measurement) []Summary {
 	}
 	return out
 }
+
+// riverCounterpart is the inboxd row each river row is set beside.
+var riverCounterpart = map[string]string{rowRiverIngest: rowIngest, rowRiver: rowE2EMax}
 
 func medianLatency(ls []Latency) *Latency {
 	if len(ls) == 0 {
@@ -228,15 +261,24 @@ func fmtLatency(l *Latency) string {
 	return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50, l.P95, l.P99)
 }
 
+// fmtSpan is "a" or "a–b", to two decimals.
+func fmtSpan(lo, hi float64) string {
+	if fmt.Sprintf("%.2f", lo) == fmt.Sprintf("%.2f", hi) {
+		return fmt.Sprintf("%.2f", lo)
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
+}
+
 func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
 // tableRows is the one table, as cells; the text and Markdown forms share it.
 func tableRows(rep *Report) [][]string {
-	rows := [][]string{{"row", "config", "N", "msg/s", "vs broker", "vs naive", "CPU s/10k", "amq CPU s/10k", "pg CPU s/10k", "host CPU s/10k", "peak RSS MiB", "e2e p50/p95/p99 ms", "check"}}
+	rows := [][]string{{"row", "config", "N", "msg/s", "vs broker", "vs naive", "CPU s/10k", "amq CPU s/10k", "pg CPU s/10k", "host CPU s/10k", "peak RSS MiB", "e2e p50/p95/p99 ms", "load", "cal s", "check"}}
 	for _, s := range rep.Summaries {
 		rows = append(rows, []string{
 			s.Row, s.Config, fmt.Sprint(s.N), fmt.Sprintf("%.0f", s.MsgPerSec), fmtRatio(s.VsBroker), fmtRatio(s.VsNaive),
-			fmt.Sprintf("%.2f", s.CPUPer10k), fmt.Sprintf("%.2f", s.BrokerCPUPer10k), fmt.Sprintf("%.2f", s.DBCPUPer10k), fmt.Sprintf("%.2f", s.HostCPUPer10k), mib(s.PeakRSSBytes), fmtLatency(s.Latency), s.Check,
+			fmt.Sprintf("%.2f", s.CPUPer10k), fmt.Sprintf("%.2f", s.BrokerCPUPer10k), fmt.Sprintf("%.2f", s.DBCPUPer10k), fmt.Sprintf("%.2f", s.HostCPUPer10k), mib(s.PeakRSSBytes), fmtLatency(s.Latency),
+			fmtSpan(s.LoadMin, s.LoadMax), fmtSpan(s.CalibrationMin, s.CalibrationMax), s.Check,
 		})
 	}
 	return rows
@@ -244,10 +286,11 @@ func tableRows(rep *Report) [][]string {
 
 func caption(rep *Report) string {
 	reps, _ := rep.Settings["reps"].(int)
-	return fmt.Sprintf("%d CPUs, load %.2f → %.2f, %d repetition(s), medians; ratios within a repetition; "+
+	return fmt.Sprintf("%d CPUs, load %.2f → %.2f, CPU calibration %.2f → %.2f s (one core, SHA-256 of %d MiB; lower is faster), %d repetition(s), medians; ratios within a repetition; "+
+		"load = 1-minute load average and cal s = the calibration (from a 30 MiB sample) when each row started, over the repetitions; "+
 		"peak RSS = the child's VmHWM; CPU = the row's child process (rusage), amq/pg = the broker's and the database's processes (/proc), host = the whole machine; "+
 		"e2e rows: latency = processed_at − sentAt (publisher clock) at a fixed offered rate, so their msg/s and ratios show that rate, not a ceiling",
-		rep.Host.CPUs, rep.Host.LoadBefore, rep.Host.LoadAfter, reps)
+		rep.Host.CPUs, rep.Host.LoadBefore, rep.Host.LoadAfter, rep.Host.CalibrationBefore, rep.Host.CalibrationAfter, calibrationMiB, reps)
 }
 
 // writeTable prints the table for a terminal.
@@ -337,12 +380,13 @@ func jsonSafe(rep *Report) *Report {
 		fix(&s.DBCPUPer10k)
 		fix(&s.VsBroker)
 		fix(&s.VsNaive)
+		fix(&s.InboxdVsThis)
 		s.Latency, s.IngestLatency, s.ClaimLatency = fixLat(s.Latency), fixLat(s.IngestLatency), fixLat(s.ClaimLatency)
 	}
 	c.Measurements = append([]Measurement(nil), rep.Measurements...)
 	for i := range c.Measurements {
 		m := &c.Measurements[i]
-		for _, x := range []*float64{&m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k} {
+		for _, x := range []*float64{&m.Load, &m.Calibration, &m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k} {
 			fix(x)
 		}
 		m.Latency, m.IngestLatency, m.ClaimLatency = fixLat(m.Latency), fixLat(m.IngestLatency), fixLat(m.ClaimLatency)

@@ -41,6 +41,8 @@ type rowArgs struct {
 	StompAddr  string
 	CPUProfile string
 	Knobs      Knobs
+	// River, for a river row, runs it in the inboxd-river binary (river.go).
+	River *riverSettings
 }
 
 // rowResult is the child's report, one JSON line after "result ".
@@ -90,17 +92,11 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if a.Queue == "" {
 		return errors.New("-queue is required")
 	}
-	if a.CPUProfile != "" {
-		f, err := os.Create(a.CPUProfile)
-		if err != nil {
-			return fmt.Errorf("creating cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("starting cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := StartCPUProfile(a.CPUProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	// The parent closing our stdin (or dying) ends the row.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -112,10 +108,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ready := func() { fmt.Fprintln(stdout, lineReady) }
 
-	var (
-		res rowResult
-		err error
-	)
+	var res rowResult
 	switch a.Row {
 	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowBacklog:
 		go func() {
@@ -151,6 +144,23 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	b, _ := json.Marshal(res)
 	fmt.Fprintf(stdout, "%s%s\n", lineResult, b)
 	return nil
+}
+
+// StartCPUProfile writes a CPU profile of this process to path until stop is called
+// (path "": none).
+func StartCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("creating cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // runNaive is row 2: per message, one INSERT … ON CONFLICT DO NOTHING transaction (or

@@ -46,7 +46,8 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 			corpus := Generate(Mix{N: n, DupRatio: r.o.Dup, MalformedRatio: r.o.Bad, Seed: uint64(n)})
 			var ingestRate float64
 			empty := map[string]*Measurement{} // the ingest and e2e-max rows, for journal-size
-			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax} {
+			var e2eMaxRate float64
+			for _, row := range []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowRiverIngest, rowRiver} {
 				if !contains(r.o.Rows, row) {
 					continue
 				}
@@ -65,6 +66,14 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 					case row == rowE2EMax && ingestRate > 0:
 						m.Note = fmt.Sprintf("%.2f× ingest (%.0f msg/s) in this repetition; %s", m.MsgPerSec/ingestRate, ingestRate, m.Note)
 						r.logf("rep %d: e2e-max N=%d: %.2f× ingest", i, n, m.MsgPerSec/ingestRate)
+					}
+					switch {
+					case row == rowE2EMax:
+						e2eMaxRate = m.MsgPerSec
+					case row == rowRiverIngest && ingestRate > 0 && m.MsgPerSec > 0:
+						r.logf("rep %d: ingest N=%d: %.2f× river-ingest", i, n, ingestRate/m.MsgPerSec)
+					case row == rowRiver && e2eMaxRate > 0 && m.MsgPerSec > 0:
+						r.logf("rep %d: e2e-max N=%d: %.2f× river", i, n, e2eMaxRate/m.MsgPerSec)
 					}
 					if _, ok := empty[row]; !ok {
 						empty[row] = &m
@@ -154,7 +163,11 @@ func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
 // drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
 // drain it, then check the database and that the queue is empty.
 func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
-	return r.drain(ctx, drainSpec{row: row, child: row, config: k.label(row)}, k, c, rep)
+	config := k.label(row)
+	if isRiverRow(row) {
+		config = r.o.River.label(row, k)
+	}
+	return r.drain(ctx, drainSpec{row: row, child: row, config: config}, k, c, rep)
 }
 
 // drainSpec says what a drain measurement runs: the child's row, on a fresh database or
@@ -182,6 +195,9 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
 	a := rowArgs{Row: sp.child, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(sp.name(), k, n, rep)}
+	if isRiverRow(sp.child) {
+		a.River = &r.o.River
+	}
 	m.Profile = a.CPUProfile
 	var db *freshDB
 	if row != rowBroker {
@@ -213,14 +229,15 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	}
 	m.fill(out, n)
 	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
-	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB, check %s %s",
-		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s %s",
+		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
 }
 
 // fill records a child's outcome over n messages.
 func (m *Measurement) fill(out childOutcome, n int) {
 	m.Note = out.Result.Note
+	m.Load, m.Calibration = out.Conditions.Load, out.Conditions.Calibration
 	m.DrainSeconds = out.Result.DrainSeconds
 	m.WallSeconds = out.Wall.Seconds()
 	if m.DrainSeconds > 0 {
@@ -258,6 +275,9 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 		return err.Error(), false
 	}
 	defer pool.Close()
+	if isRiverRow(row) {
+		return riverCheck(ctx, pool, row, c)
+	}
 	count, listIDs := journal.CountRows, journal.IDs
 	if prefilled {
 		count = func(ctx context.Context, db database.DB) (journal.Counts, error) {
@@ -286,15 +306,24 @@ func (r *runner) check(ctx context.Context, row, queue string, db *freshDB, c Co
 	if err != nil {
 		return err.Error(), false
 	}
-	want := append([]string(nil), c.IDs...)
-	sort.Strings(want)
-	sort.Strings(ids)
-	for i := range want {
-		if ids[i] != want[i] {
-			return fmt.Sprintf("journal ids differ from the published ones (first: %s vs %s)", ids[i], want[i]), false
-		}
+	if diff := differentIDs(ids, c.IDs); diff != "" {
+		return "journal ids differ from the published ones " + diff, false
 	}
 	return fmt.Sprintf("ok (journal=%d quarantine=%d)", counts.Journal, counts.Quarantine), true
+}
+
+// differentIDs says where got and want differ as sets of the same size ("" when they
+// are equal); it sorts got.
+func differentIDs(got, want []string) string {
+	want = append([]string(nil), want...)
+	sort.Strings(want)
+	sort.Strings(got)
+	for i := range want {
+		if got[i] != want[i] {
+			return fmt.Sprintf("(first: %s vs %s)", got[i], want[i])
+		}
+	}
+	return ""
 }
 
 // purge empties a queue a failed row left behind, so it does not fill the broker.
@@ -353,12 +382,14 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 		return phase(total, 2*time.Minute)
 	}
 	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, rate, r.o.E2EDuration)
+	commits0, _ := transactions(ctx, pool)
 	out, err := runChild(ctx, a, r.pids, during)
 	if err != nil {
 		r.purge(ctx, queue)
 		return m, err
 	}
 	m.fill(out, total+r.o.Warmup)
+	commits1, cerr := transactions(ctx, pool)
 	timings, err := journal.ProcessedTimings(ctx, pool)
 	if err != nil {
 		return m, err
@@ -388,6 +419,11 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	lat, ingLat := summarize(e2e), summarize(ing)
 	// A growing backlog shows as a second half slower than the first.
 	m.Note = fmt.Sprintf("p99 first/second half %.0f/%.0f ms; %s", summarize(firstHalf).P99, summarize(secondHalf).P99, m.Note)
+	if cerr == nil {
+		// Per event, what a moderate rate costs most in (issue 29): the transactions of
+		// ingest, processing and the workers' empty claims, and the parent's few reads.
+		m.Note = fmt.Sprintf("%.2f transactions per event; %s", float64(commits1-commits0)/float64(total+r.o.Warmup), m.Note)
+	}
 	m.Latency, m.IngestLatency = &lat, &ingLat
 	// Throughput of the measured phase: messages over first send → last processed.
 	m.DrainSeconds = last.Sub(measureFrom).Seconds()
@@ -403,9 +439,18 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	default:
 		m.Check, m.OK = fmt.Sprintf("ok (processed=%d)", counts.Journal), true
 	}
-	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, peak RSS %.1f MiB, check %s; %s",
-		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Check, m.Note)
+	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, host %.2f, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s; %s",
+		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, m.HostCPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
+}
+
+// transactions is how many transactions the database of db has committed and rolled
+// back. The child's backends report theirs when they exit (PostgreSQL 15's cumulative
+// statistics), so a count read after the child is gone holds all of them.
+func transactions(ctx context.Context, db database.DB) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
 }
 
 // waitProcessed polls until want journal rows are PROCESSED. It polls only after the

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestCommandLine runs Main's help, usage errors and refusals, each with its exit code.
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		args     []string
@@ -54,6 +55,7 @@ func TestCommandLine(t *testing.T) {
 }
 
 func TestChangefeedOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	code, _, errOut := run(t, "changefeed", "status", "-database-url", db.URL)
 	if code != 1 || !strings.Contains(errOut, "need CockroachDB") {
@@ -66,6 +68,7 @@ func TestChangefeedOnPostgreSQL(t *testing.T) {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	for i, want := range []string{"schema is up to date", "schema is up to date"} {
 		code, out, errOut := run(t, "migrate", "-database-url", db.URL)
@@ -126,6 +129,7 @@ func TestMigratePrintGrants(t *testing.T) {
 }
 
 func TestRetryableAtStart(t *testing.T) {
+	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("migrating: %w", &pgconn.PgError{Code: code}) }
 	tests := []struct {
 		err  error

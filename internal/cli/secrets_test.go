@@ -29,6 +29,7 @@ func writeSecret(t *testing.T, content string, perm os.FileMode) string {
 // password), including the path that creates a missing database. The local server
 // trusts loopback, so this proves the wiring, and config's tests prove the password.
 func TestMigrateWithPasswordFile(t *testing.T) {
+	t.Parallel()
 	_ = testenv.NewDB(t) // skips, or fails in CI, when PostgreSQL is missing
 	name := "inboxd_test_pwfile_" + testenv.Suffix()
 	u, _ := url.Parse(testenv.AdminURL())
@@ -47,6 +48,7 @@ func TestMigrateWithPasswordFile(t *testing.T) {
 }
 
 func TestSecretAndTLSSettingsRefused(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -67,6 +69,7 @@ func TestSecretAndTLSSettingsRefused(t *testing.T) {
 }
 
 func TestSecretFlagsWarn(t *testing.T) {
+	t.Parallel()
 	// "ca" only writes a certificate: the warning is printed before any connection.
 	_, _, errOut := run(t, "ca", "-admin-token", "t0ken", "-database-url", "postgres://u:pw@127.0.0.1:1/x", "-cert-dir", t.TempDir())
 	for _, want := range []string{"-admin-token", "-database-url (with a password)", "every local user"} {

@@ -18,6 +18,7 @@ import (
 	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/tracing/otlpenv"
@@ -102,7 +103,7 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 	if cfg.Demo {
 		ctx = registration.Wire(c)(ctx)
 	}
-	return c.Run(ctx)
+	return c.Run(defaults.WithCommandLine(ctx)) // hints name INBOXD_* settings
 }
 
 // openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize).

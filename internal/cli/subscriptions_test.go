@@ -63,6 +63,7 @@ func listed(t *testing.T, args ...string) map[string]subscriptionRow {
 // removed while consumed, is removed with the messages it held, and a configured one is
 // protected unless -force.
 func TestSubscriptionsListAndRemove(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	db := testenv.NewDB(t)
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 // failed halfway (ttl_disable_changefeed_replication). PostgreSQL stands in for the
 // server, behind a proxy that reports the crdb_version an old CockroachDB would.
 func TestOldCockroachDBRefused(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	tests := []struct {
 		name, version string

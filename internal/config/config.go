@@ -59,7 +59,8 @@ type Config struct {
 	retention, quarantineRetention time.Duration
 }
 
-// toLibrary sets the library's fields from the flags that mean something else by 0.
+// toLibrary sets the library's fields from the flags that mean something else by 0
+// (none or forever, like -1).
 func (c *Config) toLibrary() {
 	c.ImmediateRetries, c.Retention, c.QuarantineRetention = c.immediateRetries, c.retention, c.quarantineRetention
 	if c.ImmediateRetries == 0 {
@@ -181,7 +182,7 @@ func settings(c *Config) []setting {
 		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(defaults.Concurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
-		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.immediateRetries)},
+		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.immediateRetries)},
 		{"max-attempts", "INBOXD_MAX_ATTEMPTS", "recorded handler attempts before an event is DEAD", strconv.Itoa(defaults.MaxAttempts), num(&c.MaxAttempts)},
 		{"retry-base-delay", "INBOXD_RETRY_BASE_DELAY", "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%", short(defaults.RetryBaseDelay), dur(&c.RetryBaseDelay)},
 		{"retry-max-delay", "INBOXD_RETRY_MAX_DELAY", "longest delay between two attempts", short(defaults.RetryMaxDelay), dur(&c.RetryMaxDelay)},
@@ -190,8 +191,8 @@ func settings(c *Config) []setting {
 		{"webhook-process-timeout", "INBOXD_WEBHOOK_PROCESS_TIMEOUT", "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout", short(defaults.WebhookProcessTimeout), dur(&c.WebhookProcessTimeout)},
 		{"sweep-interval", "INBOXD_SWEEP_INTERVAL", "how often the sweeper looks for due retries and undelivered events", short(defaults.SweepInterval), dur(&c.SweepInterval)},
 		{"sweep-grace", "INBOXD_SWEEP_GRACE", "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB", short(time.Duration(defaults.SweepGrace)), dur(&c.SweepGrace)},
-		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); 0 keeps them forever", short(defaults.Retention), dur(&c.retention)},
-		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; 0 keeps them forever", short(defaults.QuarantineRetention), dur(&c.quarantineRetention)},
+		{"retention", "INBOXD_RETENTION", "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever", short(defaults.Retention), dur(&c.retention)},
+		{"quarantine-retention", "INBOXD_QUARANTINE_RETENTION", "how long quarantined messages are kept; -1s or 0 keeps them forever", short(defaults.QuarantineRetention), dur(&c.quarantineRetention)},
 		{"outbox-poll-interval", "INBOXD_OUTBOX_POLL_INTERVAL", "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)", short(defaults.OutboxPollInterval), dur(&c.OutboxPollInterval)},
 		{"outbox-batch-size", "INBOXD_OUTBOX_BATCH_SIZE", "outbox messages claimed per relay pass, at most", strconv.Itoa(defaults.OutboxBatchSize), num(&c.OutboxBatchSize)},
 		{"outbox-lease", "INBOXD_OUTBOX_LEASE", "how long a relay holds the outbox messages it claimed before another instance may take them", short(defaults.OutboxLease), dur(&c.OutboxLease)},
@@ -281,14 +282,8 @@ func (c *Config) Validate() error {
 			problems = append(problems, v.name+" must be positive")
 		}
 	}
-	if c.immediateRetries < 0 {
-		problems = append(problems, "immediate-retries must be at least 0")
-	}
-	for name, d := range map[string]time.Duration{"retention": c.retention, "quarantine-retention": c.quarantineRetention} {
-		if d < 0 {
-			problems = append(problems, fmt.Sprintf("%s %s: want 0 or a whole number of seconds, at least 1s", name, d))
-		}
-	}
+	// -1 (any negative value) means none or forever, as in the library; 0 says the same
+	// here, as it always has on the command line.
 	// The library takes an empty name for its default; given as a flag, it is a mistake.
 	for _, d := range c.Destinations {
 		if strings.HasPrefix(d, "/topic/") && !c.NonDurableTopics && (c.ClientID == "" || c.SubscriptionName == "") {

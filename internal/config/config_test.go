@@ -78,7 +78,9 @@ func TestConfig(t *testing.T) {
 				return c.ImmediateRetries < 0 && c.RetryMaxDelay == time.Hour && c.MaxAttempts == 25 // the library's "none"
 			}},
 		{name: "retry max below base", args: []string{"-retry-base-delay", "1m", "-retry-max-delay", "10s"}, wantErr: "retry-max-delay (10s) must be at least retry-base-delay (1m0s)"},
-		{name: "negative immediate retries", args: []string{"-immediate-retries", "-1"}, wantErr: "immediate-retries must be at least 0"},
+		// One convention for "none" and "forever": -1, as in the library (0 still says it).
+		{name: "-1 means none and forever", args: []string{"-immediate-retries", "-1", "-retention", "-1s", "-quarantine-retention", "0"},
+			check: func(c *Config) bool { return c.ImmediateRetries < 0 && c.Retention < 0 && c.QuarantineRetention < 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,7 +26,6 @@ import (
 	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/console"
 	"github.com/inboxd/inboxd/internal/message"
-	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -341,13 +340,13 @@ func newFixture(t *testing.T, chromium string) *fixture {
 		t.Fatal(err)
 	}
 	handlers := map[string]inboxd.Handler{}
-	handlers[flakyType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	handlers[flakyType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
 		if broken.Load() {
 			return errors.New("payment gateway: connection refused")
 		}
 		return nil
 	})
-	handlers[refundType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	handlers[refundType] = inboxd.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
 		var p struct {
 			Amount string `json:"amount"`
 		}

@@ -39,7 +39,13 @@ const (
 
 // The REST API and the changefeed webhook.
 const (
-	HTTPAddr    = ":8090"
+	// HTTPAddr is the command line's API address, on every interface: a service's.
+	HTTPAddr = ":8090"
+	// LibraryHTTPAddr is the library's (Config.HTTPAddr): loopback, so that a program
+	// embedding inboxd opens no port to the network it did not ask for.
+	LibraryHTTPAddr = "127.0.0.1:8090"
+	// WebhookAddr and CertDir are the command line's; the library serves the webhook
+	// with them on CockroachDB only, unless Config.WebhookAddr asks for it.
 	WebhookAddr = ":8443"
 	WebhookURL  = "webhook-https://localhost:8443/changefeed"
 	CertDir     = "var/certs"
@@ -86,6 +92,9 @@ const (
 	ProcessBatchSize = 100
 	HandlerTimeout   = 30 * time.Second
 	SweepInterval    = 200 * time.Millisecond
+	// KickLinger: a worker kicked by an ingest commit claims this long after it, with
+	// the commits of that time (process.Config.KickLinger).
+	KickLinger = 20 * time.Millisecond
 	// SweepGrace is how long a RECEIVED event waits for push before the sweeper takes
 	// it: none on PostgreSQL, whose push is in-process and NOTIFY.
 	SweepGrace = 0

@@ -14,6 +14,7 @@ const (
 )
 
 func TestBuildCreate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		opts Options
@@ -81,6 +82,7 @@ func TestBuildCreate(t *testing.T) {
 }
 
 func TestBuildCreateRejects(t *testing.T) {
+	t.Parallel()
 	ok := func() Options { return DefaultOptions("webhook-https://inboxd:8443/changefeed", testCA, "Bearer t") }
 	tests := []struct {
 		name   string
@@ -133,6 +135,7 @@ func TestBuildCreateRejects(t *testing.T) {
 }
 
 func TestManagementSQL(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ got, want string }{
 		{EnableRangefeedsSQL, "SET CLUSTER SETTING kv.rangefeed.enabled = true"},
 		{PauseJobSQL(123), "PAUSE JOB 123"},
@@ -149,6 +152,7 @@ func TestManagementSQL(t *testing.T) {
 }
 
 func TestBuildTTL(t *testing.T) {
+	t.Parallel()
 	got, err := BuildTTL(TTLOptions{Retention: 30 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +186,7 @@ func TestBuildTTL(t *testing.T) {
 }
 
 func TestParseHLC(t *testing.T) {
+	t.Parallel()
 	got, err := ParseHLC("1629813621680097993.0000000000")
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +202,7 @@ func TestParseHLC(t *testing.T) {
 }
 
 func TestFmtDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		0: "0s", 200 * time.Millisecond: "200ms", 1500 * time.Millisecond: "1500ms", 10 * time.Second: "10s",
 		90 * time.Second: "90s", 2 * time.Minute: "2m", 3 * time.Hour: "3h",
@@ -208,6 +214,7 @@ func TestFmtDuration(t *testing.T) {
 }
 
 func TestJob(t *testing.T) {
+	t.Parallel()
 	j := Job{Status: "running", HighWater: "1629813621680097993.0000000000"}
 	if j.Terminal() || !j.HighWaterTime().Equal(time.Unix(0, 1629813621680097993)) {
 		t.Errorf("running job: terminal=%v hw=%v", j.Terminal(), j.HighWaterTime())
@@ -224,6 +231,7 @@ func TestJob(t *testing.T) {
 
 // The outbox feed: a CDC query on unsent rows, to the outbox route of the same webhook.
 func TestBuildOutboxCreate(t *testing.T) {
+	t.Parallel()
 	o := DefaultOptions("webhook-https://inboxd:8443/changefeed"+OutboxSinkSuffix, testCA, "Bearer s3cret")
 	o.Mode = ModeTable // ignored: the outbox feed is always a CDC query
 	got, err := BuildOutboxCreate(o)

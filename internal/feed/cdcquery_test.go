@@ -16,6 +16,7 @@ import (
 // evaluates each feed's WHERE clause for such rows on PostgreSQL: the expressions are
 // plain SQL once event_op() is a value.
 func TestFeedPredicates(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	const id = "'6f1d2a3e-0000-4000-8000-000000000001'::UUID"
 	journalStmt, err := BuildCreate(DefaultOptions("webhook-https://inboxd:8443/changefeed", testCA, "Bearer t"))

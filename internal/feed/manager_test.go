@@ -13,6 +13,7 @@ import (
 // On PostgreSQL every operation must refuse with ErrNeedsCockroachDB, and must not run
 // anything: the journal stays untouched.
 func TestManagerOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -55,6 +56,7 @@ func TestManagerOnPostgreSQL(t *testing.T) {
 
 // On CockroachDB a database error is reported as such, not as ErrNeedsCockroachDB.
 func TestManagerDatabaseDown(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	m := NewManager(db.Pool, database.CockroachDB, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -6,6 +6,7 @@ import (
 )
 
 func TestRedactSinkURI(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"", ""},
 		{"webhook-https://inboxd:8443/changefeed", "webhook-https://inboxd:8443/changefeed"},
@@ -24,6 +25,7 @@ func TestRedactSinkURI(t *testing.T) {
 }
 
 func TestRedactStatement(t *testing.T) {
+	t.Parallel()
 	stmt, err := BuildCreate(DefaultOptions("webhook-https://inboxd:8443/changefeed", testCA, "Bearer it's-secret"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +53,7 @@ func TestRedactStatement(t *testing.T) {
 }
 
 func TestSinkIdentity(t *testing.T) {
+	t.Parallel()
 	same := []string{
 		"webhook-https://inboxd:8443/changefeed",
 		"WEBHOOK-HTTPS://INBOXD:8443/changefeed/",

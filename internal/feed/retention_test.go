@@ -9,6 +9,7 @@ import (
 // The row-level TTL statements inboxd migrate runs on CockroachDB, pinned byte for byte.
 // https://www.cockroachlabs.com/docs/stable/row-level-ttl
 func TestRetentionStatements(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		r    Retention
@@ -47,6 +48,7 @@ func TestRetentionStatements(t *testing.T) {
 
 // Finding 2 of issue 9: the webhook's body cap follows from Flush.Bytes.
 func TestWebhookBodyCapCoversFlushBytes(t *testing.T) {
+	t.Parallel()
 	f := DefaultOptions("webhook-https://x/y", "", "").Flush
 	if f.Bytes == 0 {
 		t.Fatal("no Flush.Bytes: batches of large rows are unbounded")

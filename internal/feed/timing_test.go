@@ -8,6 +8,7 @@ import (
 )
 
 func TestCheckTiming(t *testing.T) {
+	t.Parallel()
 	fits := Timing{ClientTimeout: 10 * time.Second, FlushMessages: 100, Retry: Retry{Max: RetryForever, Backoff: 500 * time.Millisecond},
 		HandlerTimeout: 30 * time.Second, ProcessTimeout: 5 * time.Minute, Workers: 2}
 	tests := []struct {

@@ -32,6 +32,7 @@ func bigEntry(t *testing.T, i, size int) journal.Entry {
 // refuses client messages over 16 MiB as CockroachDB does, batches whose bodies add up
 // to more than that are written whole, in arrival order, with no statement refused.
 func TestIngestOverMessageLimit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, proxy := testenv.NewLimitedDB(t, testenv.CockroachMessageLimit)
 
@@ -83,6 +84,7 @@ func TestIngestOverMessageLimit(t *testing.T) {
 // quarantined too_large with as much of its raw body as fits and a digest of all of it,
 // and re-inject refuses to publish the truncated body.
 func TestIngestTooLargeForOneStatement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, proxy := testenv.NewLimitedDB(t, testenv.CockroachMessageLimit)
 	body := bytes.Repeat([]byte("0123456789abcdef"), (20<<20)/16) // 20 MiB
@@ -129,6 +131,7 @@ func TestIngestTooLargeForOneStatement(t *testing.T) {
 // is deterministic: the batch is split until it fits, and a message that fits in no
 // statement is quarantined, instead of the batch being retried forever as an outage.
 func TestIngestMessageTooLargeIsNotAnOutage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, proxy := testenv.NewLimitedDB(t, 1<<20)
 	var b journal.Batch

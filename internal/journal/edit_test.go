@@ -17,6 +17,7 @@ const editID = "6f1c9c1e-0000-4000-8000-000000000001"
 
 // TestCheckEdit: each refusal of an edited payload, and what passes.
 func TestCheckEdit(t *testing.T) {
+	t.Parallel()
 	old := json.RawMessage(`{"id":"` + editID + `","type":"payment","amount":"twelve"}`)
 	ce := json.RawMessage(`{"specversion":"1.0","id":"evt-1","source":"/orders","type":"order.placed","data":{"n":1}}`)
 	tests := []struct {
@@ -102,6 +103,7 @@ func FuzzCheckEdit(f *testing.F) {
 // who, from where and when, requeues the entry and unparks its aggregate; refusals and
 // an entry that is not DEAD change nothing.
 func TestEditAndRetry(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	ids := ingest(t, db, "payment", "agg-1", `{"amount":"twelve"}`, `{"amount":"1.00"}`)
@@ -209,6 +211,7 @@ func jsonEqual(a json.RawMessage, b string) bool {
 // lock makes one edit win; the other finds the entry no longer DEAD, so the history
 // holds exactly one edit and the payload is the winner's.
 func TestEditAndRetryConcurrent(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	ids := ingest(t, db, "payment", "agg-c", `{"amount":"twelve"}`)

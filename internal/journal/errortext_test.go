@@ -31,6 +31,7 @@ func FuzzErrorText(f *testing.F) {
 // The database's complaint about a refused row goes to quarantine.detail: it may quote
 // the row (multi-byte text) and is cut, so it is made storable the same way.
 func TestRefusalDetailStorable(t *testing.T) {
+	t.Parallel()
 	for _, msg := range []string{
 		strings.Repeat("x", 1990) + strings.Repeat("€", 20),
 		"duplicate key \x00 value (\xff)",

@@ -93,6 +93,7 @@ func scans(n planNode, out map[string]float64) {
 // due cost it nothing (issue 20, item 1). Before aggregate_head, the claim scanned
 // journal_pending over every waiting event.
 func TestClaimPlanUsesHeadIndex(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	seedBlocked(t, db, 1000, 50000, 10)
 	ctx := context.Background()
@@ -194,6 +195,7 @@ const claimBeforeHeadsSQL = `
 // statement that locks has no LIMIT, so it never locks a row it does not return
 // (cockroach#121917: no LIMIT pushed below a locking index join under SKIP LOCKED).
 func TestClaimShapeLocksOnlyWhatItReturns(t *testing.T) {
+	t.Parallel()
 	if strings.Contains(journal.PickDueSQL, "FOR UPDATE") || strings.Contains(journal.PickAggregatesSQL, "FOR UPDATE") {
 		t.Error("the pick locks rows")
 	}
@@ -222,6 +224,7 @@ func logPlan(t *testing.T, db *testenv.DB, sql string, args ...any) {
 // A head row left behind by a journal written behind inboxd's back would be picked first
 // forever; RepairStaleHeads recomputes it (the sweeper runs it now and then).
 func TestRepairStaleHeads(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 2, "stale")

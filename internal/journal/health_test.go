@@ -10,6 +10,7 @@ import (
 )
 
 func TestOldestWaiting(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	exec := func(sql string) { // behind inboxd's back, so the heads are rebuilt after

@@ -67,6 +67,7 @@ func backlogJournal(t *testing.T) (pool *pgxpool.Pool, heads, aggregates []strin
 // journal_pending and filtered it by id, and deleting idle heads hash-joined every
 // pending and every DEAD entry (issue 20: e2e-max 14× slower at 2 M settled entries).
 func TestHotPlansUseKeys(t *testing.T) {
+	t.Parallel()
 	pool, heads, aggs := backlogJournal(t)
 	statuses := make([]string, len(heads))
 	errs := make([]*string, len(heads))

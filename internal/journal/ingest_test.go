@@ -32,6 +32,7 @@ func count(t *testing.T, db database.DB, sql string) int {
 }
 
 func TestIngest(t *testing.T) {
+	t.Parallel()
 	const idA = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"
 	const idB = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a02"
 	a := fmt.Sprintf(`{"id":%q,"name":"a"}`, idA)
@@ -81,6 +82,7 @@ func TestIngest(t *testing.T) {
 }
 
 func TestIngestQuarantinesBadMessagesOnce(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	bad := journal.Bad{Reason: message.ReasonNotJSON, Detail: "x", Destination: "/queue/q", MessageID: "m1",
 		Headers: map[string]string{"k": "v"}, Body: []byte{0xff, 0x00, 'x'}}
@@ -99,6 +101,7 @@ func TestIngestQuarantinesBadMessagesOnce(t *testing.T) {
 }
 
 func TestIngestIsolatesPayloadTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	good := entry(t, `{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a03"}`)
 	// Go's JSON decoder accepts a lone surrogate escape; PostgreSQL's jsonb does not.
@@ -115,6 +118,7 @@ func TestIngestIsolatesPayloadTheDatabaseRefuses(t *testing.T) {
 // Rows are inserted in id order (against deadlocks), but sequence numbers must follow
 // arrival order: that is the order of an aggregate's events.
 func TestIngestSequenceFollowsArrivalOrder(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	var bt journal.Batch
 	var want []string
@@ -141,6 +145,7 @@ func TestIngestSequenceFollowsArrivalOrder(t *testing.T) {
 
 // Two batches sharing ids in opposite orders, written at once, must not deadlock.
 func TestIngestConcurrentBatchesDoNotDeadlock(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	var fwd, rev journal.Batch
 	for i := 0; i < 300; i++ {
@@ -174,6 +179,7 @@ func TestIngestConcurrentBatchesDoNotDeadlock(t *testing.T) {
 // destinations or instances): one payload is journaled, the other is recorded as a
 // conflict, however the two interleave.
 func TestIngestConcurrentConflictIsRecorded(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	for round := 0; round < 10; round++ {
 		id := fmt.Sprintf("6f1c1f0e-1c3a-4c55-9a65-%012d", round)
@@ -215,6 +221,7 @@ func TestIngestConcurrentConflictIsRecorded(t *testing.T) {
 // A bad message whose headers the database could not store as they are is still
 // quarantined, with its body intact.
 func TestIngestQuarantinesUnstorableHeaders(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	bad := journal.Bad{Reason: message.ReasonInvalidHeader, Detail: "bad \x00 detail", Destination: "/queue/q",
 		MessageID: "id-\xff", Headers: map[string]string{"event-type": "a\x00b", "k\x00": "\xfe"}, Body: []byte("raw\x00body")}
@@ -237,6 +244,7 @@ func TestIngestQuarantinesUnstorableHeaders(t *testing.T) {
 // A re-injected message that is still bad is quarantined again, visibly: its row loses
 // reinjected_at, so the operator does not see "re-injected" for a message that failed.
 func TestIngestRequarantinesReinjectedMessage(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	bad := journal.Bad{Reason: message.ReasonNotJSON, Detail: "x", Destination: "/queue/q", Body: []byte("nope")}
 	batch := journal.Batch{Bad: []journal.Bad{bad, bad}} // twice in one batch, too

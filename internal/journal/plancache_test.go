@@ -24,6 +24,7 @@ func singleSession(t *testing.T) *pgxpool.Pool {
 // msg/s, ingest's statement read 1,100–2,200 blocks per batch instead of about 800.
 // The control statement shows that the check sees what pgx prepares by default.
 func TestIngestIsNotPreparedGenerically(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := singleSession(t)
 	for i := range 7 { // PostgreSQL may go generic from the sixth execution
@@ -57,6 +58,7 @@ func TestIngestIsNotPreparedGenerically(t *testing.T) {
 // plan_cache_mode. A generic plan made while the journal was small scanned it whole in
 // every batch once it had grown (see customPlansSQL).
 func TestOutcomesArePlannedForTheJournalAsItIs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := singleSession(t)
 	const runs = 8 // PostgreSQL may go generic from the sixth execution

@@ -112,6 +112,7 @@ type planCase struct {
 // independent of the journal's size: a change that makes one read the journal fails
 // here rather than in production.
 func TestPlansUseIndexes(t *testing.T) {
+	t.Parallel()
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	tests := []planCase{
@@ -190,6 +191,7 @@ func checkPlan(plan string, want []string, bounded bool) error {
 // the full GROUP BY of /journal/stats, the rates over received_at and processed_at, and
 // a bulk replay batch sorting the whole journal.
 func TestPlanCheckCatchesScans(t *testing.T) {
+	t.Parallel()
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	old := []struct {
@@ -214,6 +216,7 @@ func TestPlanCheckCatchesScans(t *testing.T) {
 // TestReadStatsLargeJournal: above ExactCountLimit the counts the partial indexes hold
 // stay exact, the total is the database's estimate, labelled as one.
 func TestReadStatsLargeJournal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pool := plannedJournal(t) // 30,050 entries: counted exactly
 	s, err := ReadStats(ctx, pool)
@@ -281,6 +284,7 @@ func buffersTouched(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) i
 // it must still read a handful of pages through aggregate_head_due; the statement it
 // replaced read every blocked event.
 func TestReadinessIgnoresBacklog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := SeedBlocked(ctx, db.Pool, 5000, 20000); err != nil {

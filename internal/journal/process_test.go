@@ -28,6 +28,7 @@ func ingestN(t *testing.T, db database.DB, n int, agg string) []string {
 }
 
 func TestClaimHeads(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 4, "a")
@@ -88,6 +89,7 @@ func TestClaimHeads(t *testing.T) {
 }
 
 func TestLockPendingAndTransitions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 3, "agg")
@@ -143,6 +145,7 @@ func TestLockPendingAndTransitions(t *testing.T) {
 }
 
 func TestRowsAsJSON(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 3, "a")

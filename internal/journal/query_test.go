@@ -46,6 +46,7 @@ func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...strin
 }
 
 func TestListFilters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	regs := seed(t, db.Pool, "registration", 6, func(i int) string { return []string{"mga", "ukgc"}[i%2] })
@@ -87,6 +88,7 @@ func TestListFilters(t *testing.T) {
 }
 
 func TestListPagination(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := seed(t, db.Pool, "registration", 23, func(int) string { return "mga" })
@@ -130,6 +132,7 @@ func TestListPagination(t *testing.T) {
 }
 
 func TestGet(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := seed(t, db.Pool, "registration", 1, func(int) string { return "mga" })
@@ -150,6 +153,7 @@ func TestGet(t *testing.T) {
 }
 
 func TestStatsAndWatermarks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	regs := seed(t, db.Pool, "registration", 4, func(int) string { return "mga" })
@@ -188,6 +192,7 @@ func TestStatsAndWatermarks(t *testing.T) {
 }
 
 func TestRetryOne(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := seed(t, db.Pool, "registration", 3, func(int) string { return "mga" })
@@ -215,6 +220,7 @@ func TestRetryOne(t *testing.T) {
 }
 
 func TestRequeue(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	n := journal.RequeueBatchSize + 7 // more than one batch
@@ -263,6 +269,7 @@ func TestRequeue(t *testing.T) {
 // with no type) by keyset; every entry is requeued and counted once, across batches,
 // and a DEAD entry turned FAILED is not walked again by the FAILED pass.
 func TestRequeueScopes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	n := journal.RequeueBatchSize + 10
@@ -301,6 +308,7 @@ func TestRequeueScopes(t *testing.T) {
 }
 
 func TestReinject(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	body := []byte{0xff, 'r', 'a', 'w'}
@@ -357,6 +365,7 @@ func TestReinject(t *testing.T) {
 }
 
 func TestListQuarantinePagination(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	var b journal.Batch

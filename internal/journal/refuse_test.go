@@ -26,6 +26,7 @@ func goodEntry(t *testing.T, i int) journal.Entry {
 // different reasons between good ones: the batch must commit the good ones and
 // quarantine each refused one as db_refused, with its SQLSTATE and headers.
 func TestIngestQuarantinesWhatTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
 	// Random, so that the database cannot compress it below the index limit.
 	rnd := make([]byte, 2000)
 	_, _ = rand.Read(rnd)
@@ -118,6 +119,7 @@ func TestIngestQuarantinesWhatTheDatabaseRefuses(t *testing.T) {
 // TestIngestAvailabilityErrorIsNotQuarantined: when the database is away, nothing is
 // quarantined and the error comes back for the caller to retry.
 func TestIngestAvailabilityErrorIsNotQuarantined(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -131,6 +133,7 @@ func TestIngestAvailabilityErrorIsNotQuarantined(t *testing.T) {
 }
 
 func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}) }
 	tests := []struct {
 		err  error

@@ -18,6 +18,7 @@ import (
 // Findings 3 and 4 of issue 9: a batch draws one sequence value and numbers its rows by
 // arrival order, whatever the planner does and whatever the id order.
 func TestIngestDrawsOneSequenceValuePerBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	rng := rand.New(rand.NewSource(1))
@@ -63,6 +64,7 @@ func TestIngestDrawsOneSequenceValuePerBatch(t *testing.T) {
 }
 
 func TestIngestRefusesBatchLargerThanBlock(t *testing.T) {
+	t.Parallel()
 	bt := journal.Batch{Entries: make([]journal.Entry, journal.SequenceBlock+1)}
 	if _, err := journal.Ingest(context.Background(), nil, bt); err == nil || !strings.Contains(err.Error(), "sequence block") {
 		t.Fatalf("Ingest of %d entries = %v, want ErrBatchTooLarge", len(bt.Entries), err)
@@ -72,6 +74,7 @@ func TestIngestRefusesBatchLargerThanBlock(t *testing.T) {
 // Retention deletes old PROCESSED and REJECTED entries only, in bounded batches, and old
 // quarantine rows.
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ids := ingestN(t, db.Pool, 12, "agg")
@@ -125,6 +128,7 @@ func TestPrune(t *testing.T) {
 
 // The pruner's statement must use the partial index, not scan the journal.
 func TestPruneUsesIndex(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ingestN(t, db.Pool, 50, "agg")
@@ -155,6 +159,7 @@ func TestPruneUsesIndex(t *testing.T) {
 
 // The migration's increment and SequenceBlock must agree, or batches would overlap.
 func TestSequenceBlockMatchesMigration(t *testing.T) {
+	t.Parallel()
 	migs, err := schema.Migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +176,7 @@ func TestSequenceBlockMatchesMigration(t *testing.T) {
 // Issue 18, item 7: the attempt history is covered by retention: pruning an entry
 // deletes its attempts, and only its.
 func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	old := "6f1c1f0e-1c3a-4c55-9a65-000000000001"

@@ -2,6 +2,7 @@ package message
 
 import (
 	"crypto/sha1"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -110,4 +111,35 @@ func checkKey(id, where string) error {
 		return &Invalid{ReasonInvalidID, fmt.Sprintf("%s must be valid UTF-8 without NUL", where)}
 	}
 	return nil
+}
+
+// EventKey is the event's own id as its publisher sent it, read back from a journal
+// payload: the CloudEvent's id for a CloudEvent, else the payload field src names. It
+// is "" when src reads a header, which the journal does not keep, or when the payload
+// has no such string field.
+func EventKey(payload []byte, src IDSource) string {
+	if src.header != "" {
+		return ""
+	}
+	if src.field == "" {
+		// The default source reads two fields: no map of the whole payload per event.
+		var p struct {
+			ID          json.RawMessage `json:"id"`
+			SpecVersion json.RawMessage `json:"specversion"`
+		}
+		if json.Unmarshal(payload, &p) != nil {
+			return ""
+		}
+		var id string
+		_ = json.Unmarshal(p.ID, &id)
+		return id
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(payload, &fields) != nil {
+		return ""
+	}
+	if _, ce := fields["specversion"]; ce {
+		return stringField(fields, "id")
+	}
+	return stringField(fields, src.fieldName())
 }

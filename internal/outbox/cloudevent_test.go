@@ -18,6 +18,7 @@ import (
 // subject as aggregate, data), and emitting it again from a handler that runs again is a
 // duplicate, not a second message.
 func TestCloudEventMessage(t *testing.T) {
+	t.Parallel()
 	e := CloudEvent{ID: "evt-456", Source: "/orders", Type: "order.placed", Subject: "o-1",
 		Time: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC), Data: json.RawMessage(`{"total":12}`),
 		Extensions: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}

@@ -9,6 +9,7 @@ import (
 // A relay configured with zero values behaves as the product does: every default comes
 // from the one table (package defaults).
 func TestZeroConfigTakesTheTable(t *testing.T) {
+	t.Parallel()
 	c := Config{}.withDefaults()
 	for _, f := range []struct {
 		name      string

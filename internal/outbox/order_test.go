@@ -106,6 +106,7 @@ func consumeOrdered(t *testing.T, addr, dest string) *orderLog {
 // relay publishes to the real ActiveMQ. Every group must arrive in emit order. Before
 // the fix 355–362 of the 900 arrived out of order.
 func TestGroupOrderEmittedInOneTransaction(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"Emit", "EmitBatch"} {
 		t.Run(how, func(t *testing.T) {
 			db := testenv.NewDB(t)
@@ -226,6 +227,7 @@ func (r *groupRecorder) snapshot() (violations, log []string, failures int) {
 // later rows of its group (they used to go out at once while it waited ≥ 1 s), and only
 // those: another group goes on meanwhile.
 func TestGroupHeadFailureHoldsSuccessors(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	for _, g := range []string{"blocked", "free"} {
@@ -270,6 +272,7 @@ func TestGroupHeadFailureHoldsSuccessors(t *testing.T) {
 // come from five transactions, each emitting one row of every group, and the relays
 // claim small batches, so a group's rows are spread over many claims.
 func TestTwoRelaysKeepGroupOrder(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	const groups, perGroup = 100, 5
@@ -406,6 +409,7 @@ func TestEmitBatch(t *testing.T) {
 // its group's later rows, which must not overtake it; the earlier ones and other groups
 // are published.
 func TestPoisonRowHoldsItsGroupOnly(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {

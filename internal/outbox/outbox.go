@@ -188,7 +188,7 @@ RETURNING id::TEXT, destination, headers, body, attempts, created_at, grp, seq`
 func Statements() map[string]string {
 	return map[string]string{
 		"insert": sqlInsert, "pickHeads": sqlPickHeads, "lockHeads": sqlLockHeads, "leaseClaim": sqlLeaseClaim,
-		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet,
+		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet, "unsent": sqlUnsent,
 	}
 }
 
@@ -199,22 +199,14 @@ var ErrInvalid = errors.New("invalid outgoing message")
 // stays usable.
 var ErrDuplicateID = errors.New("outbox id already used")
 
-// Outgoing is a message to publish once the transaction commits.
+// Outgoing is a message to publish once the transaction commits: inboxd.Outgoing,
+// documented there (where users read it), which converts to it field for field.
 type Outgoing struct {
-	// Destination is a queue or topic, e.g. "/queue/customer-events".
 	Destination string
 	Body        []byte
-	// Headers are extra STOMP headers; "content-type" sets the content type.
-	Headers map[string]string
-	// ID, when set, is the outbox id (a UUID); empty means a new random one. Set it
-	// from the event being processed to make the emission itself idempotent.
-	ID string
-	// Group orders messages: those of one group are published in emit order, one after
-	// another, whatever their destination, across publish failures, retries and relay
-	// instances; a group's message waits while an earlier one is unsent. Empty means
-	// the JMSXGroupID header, else the aggregate-id header; without any of them the
-	// message is published independently. It is not sent as a header.
-	Group string
+	Headers     map[string]string
+	ID          string // empty: a new random UUID
+	Group       string // empty: the JMSXGroupID header, else the aggregate-id header
 }
 
 // group is the ordering key of o (see Outgoing.Group); "" means none.

@@ -22,6 +22,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 201)
 	tests := []struct {
 		name string
@@ -207,6 +208,7 @@ func contains(s []string, v string) bool {
 // back one; a duplicate id is refused without breaking the transaction; each row
 // reaches the broker at least once, under its own id.
 func TestEmitOneRowPerCommitAtLeastOneMessage(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)
@@ -320,6 +322,7 @@ type recorder struct {
 
 // Two relays on one database: every row is published, never by both at once.
 func TestTwoRelaysOneDatabase(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)
@@ -426,6 +429,7 @@ func (f publisherFunc) Publish(ctx context.Context, dest string, body []byte, h 
 // A broker outage while the relay works: nothing is lost, everything is published
 // after the broker comes back, and the rows wait unsent meanwhile.
 func TestBrokerOutageDuringRelay(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	b := testenv.StartPrivateBroker(t)
 	dest := testenv.Queue(t)
@@ -485,6 +489,7 @@ func TestNotifyWakesRelay(t *testing.T) {
 
 // Retention deletes sent rows past it, in bounded batches, and never an unsent row.
 func TestRetention(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	emit(t, db.Pool, "/queue/never-relayed", 25)
@@ -514,6 +519,7 @@ func TestRetention(t *testing.T) {
 // A row whose stored headers cannot be decoded (written around Emit) waits with its
 // error recorded, and the rows after it are published all the same.
 func TestPoisonRowDoesNotBlock(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)
@@ -589,6 +595,7 @@ func TestRelayThroughput(t *testing.T) {
 // A pass that drains the outbox refreshes the gauges at once: they read 0 unsent right
 // after, not a poll interval later (the demo read a stale 1 next to a stats 0).
 func TestGaugesShowDrainedOutbox(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)

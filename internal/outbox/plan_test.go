@@ -65,6 +65,7 @@ func explainAnalyze(t *testing.T, q database.DB, sql string, args ...any) map[st
 // unsent index in lease order and probes outbox_group_order per row; locking and leasing
 // go by primary key and by group.
 func TestClaimPlansUseIndexes(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	const groups = 2000

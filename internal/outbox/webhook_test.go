@@ -13,6 +13,7 @@ type countWaker struct{ n atomic.Int32 }
 func (c *countWaker) Wake() { c.n.Add(1) }
 
 func TestWebhookHandler(t *testing.T) {
+	t.Parallel()
 	id := "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"
 	tests := []struct {
 		name, method, auth, body string

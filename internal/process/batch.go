@@ -481,20 +481,56 @@ func (e *Engine) chain(ctx context.Context, aggs map[string]bool, outs map[strin
 // coalesce while none is waiting); a worker that finds a full batch kicks the next, so
 // the number of busy workers follows the backlog instead of every ingest commit waking
 // them all for a handful of events.
-type waker struct{ ch chan struct{} }
+//
+// A kick from outside (Engine.Kick: an ingest commit, a NOTIFY) wakes a worker only
+// linger after it, and the kicks of that time join it: at a moderate rate each ingest
+// commit carries a few events, and a processing transaction per commit cost several
+// times the database and CPU per event of a saturated run (issue 29). A worker handing
+// on to the next (kickNow) does not wait.
+type waker struct {
+	ch     chan struct{}
+	linger time.Duration
+	mu     sync.Mutex
+	timer  *time.Timer // pending: a kick waits for linger to end
+}
+
+func newWaker(linger time.Duration) *waker {
+	return &waker{ch: make(chan struct{}, 1), linger: linger}
+}
 
 func (w *waker) C() <-chan struct{} { return w.ch }
 
-func (w *waker) kick() {
+// kickNow wakes a waiting worker now.
+func (w *waker) kickNow() {
 	select {
 	case w.ch <- struct{}{}:
 	default:
 	}
 }
 
+// kick wakes a waiting worker once linger has passed since the first kick not yet
+// delivered.
+func (w *waker) kick() {
+	if w.linger <= 0 {
+		w.kickNow()
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		return // joins the kick under way
+	}
+	w.timer = time.AfterFunc(w.linger, func() {
+		w.mu.Lock()
+		w.timer = nil
+		w.mu.Unlock()
+		w.kickNow()
+	})
+}
+
 // Kick tells the engine's workers (Sweeper.Run) that new entries were journaled, so
-// that they process them now instead of at their next interval: the push that replaces
-// a changefeed on PostgreSQL. It never blocks.
+// that they process them soon (Config.KickLinger) instead of at their next interval:
+// the push that replaces a changefeed on PostgreSQL. It never blocks.
 func (e *Engine) Kick() { e.wake.kick() }
 
 // runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that

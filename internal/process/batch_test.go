@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // Issue 11: one transaction, each handler in its own savepoint: a failure, a rejection
 // and a panic stay with their events, the rest commits.
 func TestBatchIsolatesHandlerFailures(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, fx, _ := newEngine(t, db, process.Config{MaxAttempts: 3, BaseBackoff: time.Hour, MaxBackoff: time.Hour})
 	specs := []pt.Spec{
@@ -68,6 +70,7 @@ func TestBatchIsolatesHandlerFailures(t *testing.T) {
 // Issue 11: a handler returning SQLSTATE 40001 retries the whole batch: every event's
 // handler runs again, no attempt is counted for the conflict, each effect lands once.
 func TestBatchConflictRetriesWholeBatch(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, fx, m := newEngine(t, db, process.Config{})
 	var payloads [][]byte
@@ -100,6 +103,7 @@ func TestBatchConflictRetriesWholeBatch(t *testing.T) {
 // Issue 11: one aggregate's events spread over many batches (and workers) keep their
 // order, interleaved with other aggregates.
 func TestBatchOrderAcrossBatches(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{Concurrency: 4, MaxAttempts: 5})
 	var payloads [][]byte
@@ -125,6 +129,7 @@ func TestBatchOrderAcrossBatches(t *testing.T) {
 
 // Issue 11: push. A Kick starts processing at once instead of at the next interval.
 func TestKickProcessesAtOnce(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{Concurrency: 2})
 	runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: time.Hour, Grace: 0}))
@@ -139,6 +144,7 @@ func TestKickProcessesAtOnce(t *testing.T) {
 // Issue 11: push between instances on PostgreSQL. Instance B's workers wait an hour
 // between polls; A's Notify wakes them through LISTEN/NOTIFY.
 func TestPushAcrossInstances(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	fx := pt.NewEffects(t, db.Pool)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -177,6 +183,51 @@ func TestPushAcrossInstances(t *testing.T) {
 	}
 }
 
+// Issue 29: the Notifies of a burst of ingest commits share one NOTIFY (each was one
+// more transaction per commit), and a Notify after it still gets one of its own.
+func TestPushCoalescesNotifies(t *testing.T) {
+	db := testenv.NewDB(t)
+	const linger = time.Second // long beside a loaded machine's scheduling delays
+	e := process.New(db.Pool, process.NewRegistry(), process.Config{KickLinger: linger}, metrics.New(), nil)
+	n := notifier.New(db.Pool.Config().ConnConfig, nil)
+	var heard atomic.Int64
+	listening := make(chan struct{}, 1)
+	sub := n.Listen(process.PushChannel, func(nf notifier.Notification) {
+		if nf.Resumed {
+			select {
+			case listening <- struct{}{}:
+			default:
+			}
+			return
+		}
+		heard.Add(1)
+	})
+	t.Cleanup(sub.Unlisten)
+	testenv.Start(t, 5*time.Second, n.Run)
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never listening")
+	}
+	p := process.NewPush(e, db.Pool, nil)
+	testenv.Start(t, 5*time.Second, p.Run)
+	// Ingest commits 10 ms apart, all within the linger.
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < linger/4 {
+		p.Notify()
+		sent++
+		time.Sleep(10 * time.Millisecond) // paces the commits; not a wait for an outcome
+	}
+	testenv.Eventually(t, 10*time.Second, "the burst's NOTIFY", func() bool { return heard.Load() >= 1 })
+	time.Sleep(2 * linger) // no second NOTIFY may follow for the same burst (a bounded wait for an absence)
+	if got := heard.Load(); got != 1 {
+		t.Fatalf("%d Notifies within the linger sent %d NOTIFYs, want 1", sent, got)
+	}
+	p.Notify()
+	testenv.Eventually(t, 10*time.Second, "a later Notify's own NOTIFY", func() bool { return heard.Load() == 2 })
+}
+
 // setEffects is a BatchHandler over pt.Effects: it writes every event's effect, then
 // fails the call if any event is meant to fail, so that the fallback must roll back.
 type setEffects struct {
@@ -203,6 +254,7 @@ func (s *setEffects) HandleBatch(ctx context.Context, tx pgx.Tx, evs []process.E
 // Issue 11: a set-based handler applies a clean batch in one call; one bad event rolls
 // the call back and every event goes through Handle alone, so the bad one stays alone.
 func TestBatchHandler(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bad=%v", bad), func(t *testing.T) {
 			db := testenv.NewDB(t)

@@ -17,6 +17,7 @@ import (
 // RECEIVED until the sweeper's grace, for good in a webhook-only deployment
 // (TestDatabaseOutage under the SERIALIZABLE profile: 18 events of two aggregates).
 func TestChainMovesEveryAggregate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		cfg        process.Config

@@ -34,6 +34,7 @@ func (*successorPicks) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // (a fifth of processing's database time in e2e-max). Every event is still processed
 // in one pass, successors included.
 func TestChainLooksOnlyWhereThereIsANextEvent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		events    int // per aggregate

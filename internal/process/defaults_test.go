@@ -9,6 +9,7 @@ import (
 // An engine and a sweeper configured with zero values behave as the product does:
 // every default comes from the one table (package defaults).
 func TestZeroConfigTakesTheTable(t *testing.T) {
+	t.Parallel()
 	e, s := Config{}.withDefaults(), SweeperConfig{}.withDefaults()
 	for _, f := range []struct {
 		name      string
@@ -21,6 +22,7 @@ func TestZeroConfigTakesTheTable(t *testing.T) {
 		{"MaxAttempts", e.MaxAttempts, defaults.MaxAttempts},
 		{"BaseBackoff", e.BaseBackoff, defaults.RetryBaseDelay},
 		{"MaxBackoff", e.MaxBackoff, defaults.RetryMaxDelay},
+		{"KickLinger", e.KickLinger, defaults.KickLinger},
 		{"sweeper Interval", s.Interval, defaults.SweepInterval},
 		{"sweeper BatchSize", s.BatchSize, defaults.ProcessBatchSize},
 	} {

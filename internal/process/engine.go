@@ -42,6 +42,10 @@ type Config struct {
 	// processing transaction. A handler that overruns it fails (the attempt counts).
 	// Default defaults.HandlerTimeout.
 	HandlerTimeout time.Duration
+	// KickLinger is how long the workers let Kicks gather before one of them claims
+	// (see waker): fewer, larger processing transactions at a moderate rate, for that
+	// much latency. Default defaults.KickLinger; negative: none.
+	KickLinger time.Duration
 	// TracerProvider makes the processing spans; nil means otel's global provider.
 	TracerProvider trace.TracerProvider
 	// Dialect is the database's (database.Detect). On CockroachDB every processing
@@ -55,6 +59,9 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = defaults.Or(c.Concurrency, defaults.Concurrency())
 	c.BatchSize = defaults.Or(c.BatchSize, defaults.ProcessBatchSize)
 	c.HandlerTimeout = defaults.Or(c.HandlerTimeout, defaults.HandlerTimeout)
+	if c.KickLinger == 0 { // negative: none
+		c.KickLinger = defaults.KickLinger
+	}
 	p := c.retryPolicy().Or(DefaultRetryPolicy())
 	c.ImmediateRetries, c.MaxAttempts, c.BaseBackoff, c.MaxBackoff = p.ImmediateRetries, p.MaxAttempts, p.BaseBackoff, p.MaxBackoff
 	return c
@@ -126,7 +133,7 @@ type Engine struct {
 	// tracer makes one span per event processed (trace.go).
 	tracer trace.Tracer
 
-	wake waker // Kick: work was journaled
+	wake *waker // Kick: work was journaled
 }
 
 // maxChain bounds how many successors one delivery processes inline; anything left
@@ -147,7 +154,7 @@ func New(db *pgxpool.Pool, reg *Registry, cfg Config, m *metrics.Metrics, log *s
 	}
 	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
 		tracer: tracing.Tracer(cfg.TracerProvider),
-		wake:   waker{ch: make(chan struct{}, 1)}}
+		wake:   newWaker(cfg.KickLinger)}
 }
 
 // Registry returns the engine's handler registry.

@@ -34,6 +34,7 @@ func newEngine(t *testing.T, db *testenv.DB, cfg process.Config) (*process.Engin
 }
 
 func TestProcessOutcomes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		spec         pt.Spec
@@ -109,6 +110,7 @@ func waitDue(t *testing.T, db *testenv.DB, id string) {
 }
 
 func TestNotDueFailedIsLeftAlone(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, fx, _ := newEngine(t, db, process.Config{BaseBackoff: time.Hour, MaxBackoff: time.Hour})
 	id := pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{FailTimes: 1}))[0]
@@ -124,6 +126,7 @@ func TestNotDueFailedIsLeftAlone(t *testing.T) {
 }
 
 func TestHandlerMustNotEndTheTransaction(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
@@ -137,6 +140,7 @@ func TestHandlerMustNotEndTheTransaction(t *testing.T) {
 }
 
 func TestHandlerSwallowingDatabaseError(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
@@ -155,6 +159,7 @@ func TestHandlerSwallowingDatabaseError(t *testing.T) {
 }
 
 func TestOrdering(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	e, fx, _ := newEngine(t, db, process.Config{MaxAttempts: 2, BaseBackoff: time.Hour, MaxBackoff: time.Hour})
@@ -202,6 +207,7 @@ func TestOrdering(t *testing.T) {
 // skips it (issue 18, item 2). An event type may opt out (Registry.RunOnDead), and a
 // REJECTED event never blocks.
 func TestDeadParksAggregate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		runOn  bool
@@ -316,6 +322,7 @@ func ptr(s *string) string {
 }
 
 func TestProcessBatchOrdersWithinBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{Concurrency: 4})
@@ -343,6 +350,7 @@ func TestProcessBatchOrdersWithinBatch(t *testing.T) {
 }
 
 func TestReject(t *testing.T) {
+	t.Parallel()
 	base := errors.New("bad input")
 	err := process.Reject(base)
 	if !errors.Is(err, process.ErrRejected) || !errors.Is(err, base) || err.Error() != "bad input" {

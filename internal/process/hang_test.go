@@ -239,6 +239,7 @@ func TestKilledInstanceReleasesItsEntries(t *testing.T) {
 // TestHelperHungInstance is the child process of TestKilledInstanceReleasesItsEntries:
 // an instance whose handlers hang while holding their entries (a batch each).
 func TestHelperHungInstance(t *testing.T) {
+	t.Parallel()
 	url := os.Getenv("INBOXD_HELPER_DB")
 	if url == "" {
 		t.Skip("helper process only")

@@ -12,6 +12,7 @@ import (
 // operator's READ COMMITTED default cannot change the guarantees (issue 19, item 3); on
 // PostgreSQL the session's default stays.
 func TestTxOptionsByDatabase(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		dialect database.Dialect
 		want    pgx.TxIsoLevel

@@ -66,6 +66,7 @@ func multiByteAcross() string { return strings.Repeat("x", 3999) + "€" + strin
 // multi-byte character across the 4,000-byte cut, a NUL, a panic value that is not
 // valid UTF-8. Each used to fail the whole batch with SQLSTATE 22021, forever.
 func TestUnstorableHandlerTextIsRecorded(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		fail func() error
@@ -104,6 +105,7 @@ func TestUnstorableHandlerTextIsRecorded(t *testing.T) {
 // FAILED after one call, not a conflict that re-runs the whole batch (ten times, then
 // an error, then again on the next sweep).
 func TestForeignConflictIsTheHandlersFailure(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, h := countingEngine(t, db, func(ev process.Event) error {
 		if ev.AggregateID == "foreign" {
@@ -135,6 +137,7 @@ func TestForeignConflictIsTheHandlersFailure(t *testing.T) {
 // "Cannot be stored" is forced by a CHECK constraint the test adds to journal, since
 // sanitized text alone no longer trips the database.
 func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
+	t.Parallel()
 	for _, forced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("constraint=%v", forced), func(t *testing.T) {
 			db := testenv.NewDB(t)
@@ -187,6 +190,7 @@ func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 // Issue 18, item 3: the timeout of a handler is recorded in a transaction of its own,
 // with the handler's error in its text: that text is made storable too.
 func TestTimeoutWithUnstorableTextIsRecorded(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, process.HandlerFunc(func(ctx context.Context, _ pgx.Tx, _ process.Event) error {

@@ -62,6 +62,19 @@ func (p *Push) Run(ctx context.Context) error {
 			return nil
 		case <-p.send:
 		}
+		// The commits of the next KickLinger share this NOTIFY, as the workers that hear
+		// it let kicks gather that long anyway: one NOTIFY per ingest commit was one more
+		// transaction per commit at a moderate rate (issue 29). A Notify that came
+		// meanwhile followed its commit, which this NOTIFY now covers.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(p.e.cfg.KickLinger):
+		}
+		select {
+		case <-p.send:
+		default:
+		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := p.db.Exec(sctx, "SELECT pg_notify('"+PushChannel+"', '')")
 		cancel()

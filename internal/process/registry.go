@@ -11,41 +11,30 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Event is what a handler sees of a journal entry.
+// Event is the engine's view of an event, and what its handlers get: inboxd.Event
+// (documented there, where users read it) without Key, which only the id source can
+// read back and package inboxd adds at its boundary.
 type Event struct {
-	// ID is the journal id, the payload's "id". Use it as the idempotency key for any
-	// effect outside the database.
-	ID          string
-	Type        string
-	AggregateID string
-	SequenceNo  int64
-	// Tag is where the event came from (the STOMP destination).
-	Tag     string
-	Payload json.RawMessage
-	// Attempt is 1 on the first run, 2 on the first retry, and so on.
-	Attempt int
+	ID, Type, AggregateID string
+	SequenceNo            int64
+	Tag                   string
+	Payload               json.RawMessage
+	Attempt               int
 }
 
-// Handler applies one event's business effect inside tx.
-//
-// Return nil on success, an error wrapped by Reject for invalid business input
-// (REJECTED, not retried), and any other error for a failure worth retrying.
-type Handler interface {
-	Handle(ctx context.Context, tx pgx.Tx, ev Event) error
-}
-
-// BatchHandler is a Handler that can also apply many events of its type in one call,
-// set-based (one INSERT … SELECT FROM unnest for all of them, say). The engine calls
-// HandleBatch with the events of a batch that are ready to run, in sequence order,
-// inside one savepoint. It returns one error per event, or err for the call as a whole.
-// If any event fails (or err is not nil, or the call panics), the engine rolls the call
-// back and runs each of those events through Handle in its own savepoint instead, so a
-// failure, a rejection or a conflict stays with its event: HandleBatch may simply
-// return an error whenever it cannot apply every event cleanly.
-type BatchHandler interface {
-	Handler
-	HandleBatch(ctx context.Context, tx pgx.Tx, evs []Event) (errs []error, err error)
-}
+// Handler and BatchHandler are the engine's inboxd.Handler and inboxd.BatchHandler,
+// over its Event; their contract is documented there. In short: HandleBatch returns one
+// error per event, or err for the call; on any failure the engine rolls the call back
+// and runs each event through Handle in its own savepoint.
+type (
+	Handler interface {
+		Handle(ctx context.Context, tx pgx.Tx, ev Event) error
+	}
+	BatchHandler interface {
+		Handler
+		HandleBatch(ctx context.Context, tx pgx.Tx, evs []Event) (errs []error, err error)
+	}
+)
 
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, ev Event) error

@@ -18,6 +18,7 @@ import (
 
 // Issue 18, item 1: the schedule's arithmetic.
 func TestRetrySchedule(t *testing.T) {
+	t.Parallel()
 	def := process.DefaultRetryPolicy()
 	small := process.RetryPolicy{BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 6}
 	for _, tt := range []struct {
@@ -63,6 +64,7 @@ func TestRetrySchedule(t *testing.T) {
 // Issue 18, item 1: the default gives up (DEAD) only hours after the first failure,
 // even with every delay at its shortest (−10%): far past a 10-minute outage.
 func TestDefaultScheduleOutlastsOutages(t *testing.T) {
+	t.Parallel()
 	s := process.DefaultRetryPolicy().Schedule()
 	last := s[len(s)-1]
 	if min := time.Duration(float64(last.At) * 0.9); min < 4*time.Hour {
@@ -73,6 +75,7 @@ func TestDefaultScheduleOutlastsOutages(t *testing.T) {
 
 // Policies merge field by field: an event type's own, then the engine's, then the defaults.
 func TestRetryPolicyOr(t *testing.T) {
+	t.Parallel()
 	engine := process.RetryPolicy{MaxAttempts: 7, BaseBackoff: 2 * time.Second}.Or(process.DefaultRetryPolicy())
 	own := process.RetryPolicy{MaxAttempts: 3, ImmediateRetries: -1}.Or(engine)
 	want := process.RetryPolicy{ImmediateRetries: -1, MaxAttempts: 3, BaseBackoff: 2 * time.Second, MaxBackoff: process.DefaultMaxBackoff}
@@ -134,6 +137,7 @@ func scaled(k int) process.Config {
 // and each is applied once it is back. It logs where the event stood when the
 // dependency returned and when it was applied, in unscaled time.
 func TestTenMinuteOutageWithDefaults(t *testing.T) {
+	t.Parallel()
 	const k = 300
 	db := testenv.NewDB(t)
 	pt.NewEffects(t, db.Pool)
@@ -165,6 +169,7 @@ func TestTenMinuteOutageWithDefaults(t *testing.T) {
 // about 15 s after their first failure. Now neither is DEAD, and e1 is applied before
 // e2. Time scaled down 30 times (a real run against PostgreSQL).
 func TestFortyFiveSecondOutageKeepsOrder(t *testing.T) {
+	t.Parallel()
 	const k = 30
 	db := testenv.NewDB(t)
 	pt.NewEffects(t, db.Pool)
@@ -195,6 +200,7 @@ func TestFortyFiveSecondOutageKeepsOrder(t *testing.T) {
 // Immediate retries absorb a fluke: no failure is recorded. A per-type policy overrides
 // the engine's.
 func TestImmediateRetriesAndPerTypePolicy(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	var mu sync.Mutex
 	calls := map[string]int{}

@@ -17,6 +17,7 @@ import (
 // Issue 10: 2,000 messages with distinct type values grew /metrics to 10 MB and 37,402
 // series, the type being a label; and rejections logged their reason (an e-mail) at INFO.
 func TestMetricLabelsAndLogsAreBounded(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	fx := pt.NewEffects(t, db.Pool)
 	reg := process.NewRegistry()

@@ -155,7 +155,7 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 		default:
 			out.Recovered("processing works again")
 			if len(heads) == s.cfg.BatchSize {
-				s.e.Kick() // more is waiting: another worker may join
+				s.e.wake.kickNow() // more is waiting: another worker may join
 				continue
 			}
 		}

@@ -68,6 +68,7 @@ func TestSweeperOnly(t *testing.T) {
 }
 
 func TestSweeperGraceLeavesFreshRows(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	e, _, _ := newEngine(t, db, process.Config{})
 	pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))
@@ -82,6 +83,7 @@ func TestSweeperGraceLeavesFreshRows(t *testing.T) {
 
 // Two inboxd instances (own pools, engines, sweepers) on one database.
 func TestTwoSweepers(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	fx := pt.NewEffects(t, db.Pool)
 	var payloads [][]byte

@@ -20,6 +20,7 @@ import (
 // attempt, and a throttled cluster turned events DEAD. It must abort the batch instead,
 // count nothing, and leave the event for when the throttle lifts.
 func TestLicenseThrottleIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
 	// CockroachDB refuses the handler's statement, which aborts the transaction as any
 	// failed statement does; PostgreSQL stands in with a statement that fails.
 	throttle := func(ctx context.Context, tx pgx.Tx, what string) error {
@@ -62,6 +63,7 @@ func TestLicenseThrottleIsNotAnAttempt(t *testing.T) {
 }
 
 func TestIsLicenseThrottled(t *testing.T) {
+	t.Parallel()
 	for err, want := range map[error]bool{
 		fmt.Errorf("x: %w", &pgconn.PgError{Code: "XXC02"}): true,
 		&pgconn.PgError{Code: "XXC01"}:                      false,

@@ -25,6 +25,7 @@ const publisherParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 // span nests under it and what it emits to the outbox carries its traceparent. An
 // event that came without one starts a trace of its own, emitted the same way.
 func TestProcessingSpans(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	exp := tracetest.NewInMemoryExporter()

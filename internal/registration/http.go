@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/api"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/process"
 )
 
 //go:embed openapi.json
@@ -204,7 +206,29 @@ func Configure(cfg *inboxd.Config) {
 // function puts on the context given to c.Run. The caller runs Migrate too.
 func Wire(c *inboxd.Client) func(context.Context) context.Context {
 	if !c.Handles(EventType) {
-		c.Handle(EventType, Handler)
+		c.Handle(EventType, publicHandler{})
 	}
 	return func(ctx context.Context) context.Context { return api.WithExtensions(ctx, Routes()) }
+}
+
+// publicHandler is Handler as the Client takes it (inboxd.BatchHandler). Handler itself
+// stays the engine's (process.Handler), which the benchmark and the engine's tests
+// register directly.
+type publicHandler struct{}
+
+func (publicHandler) Handle(ctx context.Context, tx pgx.Tx, ev inboxd.Event) error {
+	return Handle(ctx, tx, engineEvent(ev))
+}
+
+func (publicHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []inboxd.Event) ([]error, error) {
+	in := make([]process.Event, len(evs))
+	for i, ev := range evs {
+		in[i] = engineEvent(ev)
+	}
+	return batchHandler{}.HandleBatch(ctx, tx, in)
+}
+
+func engineEvent(ev inboxd.Event) process.Event {
+	return process.Event{ID: ev.ID, Type: ev.Type, AggregateID: ev.AggregateID, SequenceNo: ev.SequenceNo,
+		Tag: ev.Tag, Payload: ev.Payload, Attempt: ev.Attempt}
 }

@@ -67,6 +67,7 @@ type accepted struct {
 // The reference tutorial's requests: the slash after /registration, and its inline
 // payload; GET / links to the form, and GET /registration answers with links.
 func TestTutorialRoutesAndLinks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	inline := `{"name":"User","email":"user@email.com","jurisdiction":"mga","createdAt":"2023-01-12T09:21:04.571+00:00"}`
 	for _, path := range []string{"/registration/", "/registration"} {
@@ -110,6 +111,7 @@ func TestTutorialRoutesAndLinks(t *testing.T) {
 // Every POST demands JSON (CSRF), the demo's too; and the routes answer 405, not 404,
 // to other methods.
 func TestRegistrationRefusesOtherContentTypes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	expectError(t, h.do(t, "POST", "/registration", `{"name":"a"}`, "Content-Type", "text/plain"), http.StatusUnsupportedMediaType)
 	expectError(t, h.do(t, "DELETE", "/registration", nil), http.StatusMethodNotAllowed)
@@ -121,6 +123,7 @@ func TestRegistrationRefusesOtherContentTypes(t *testing.T) {
 }
 
 func TestRegistrationFormRoundTrip(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var forms [2]map[string]any
 	for i := range forms {
@@ -168,6 +171,7 @@ func TestRegistrationFormRoundTrip(t *testing.T) {
 }
 
 func TestPostRegistrationValidation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	valid := func() map[string]any {
 		return map[string]any{"name": "Jane Doe", "email": "Jane@Example.com", "jurisdiction": "MGA", "createdAt": "2025-01-31T12:00:00Z"}
@@ -238,6 +242,7 @@ func TestPostRegistrationValidation(t *testing.T) {
 }
 
 func TestPostRegistrationBrokerDown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.pub.SetErr(errors.New("dial tcp 127.0.0.1:61613: connection refused"))
 	body := map[string]any{"id": message.NewID(), "name": "A", "email": "a@example.com", "jurisdiction": "mga", "createdAt": "2025-01-31T12:00:00Z"}
@@ -253,6 +258,7 @@ func TestPostRegistrationBrokerDown(t *testing.T) {
 // Issue 10: POST /registration answered 202 for what the handler then rejected
 // (createdAt 0001-01-01, lookalike addresses); the API now runs the handler's rules.
 func TestRegistrationAcceptsOnlyWhatTheHandlerWould(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	reg := func(k, v string) map[string]any {
 		m := map[string]any{"name": "José", "email": "jose@example.com", "jurisdiction": "mga", "createdAt": "2025-01-31T12:00:00Z"}
@@ -318,6 +324,7 @@ func dialBroker(t *testing.T, addr string) *stomp.Conn {
 // from ActiveMQ: persistent, with the event-type header, decodable by ingest. It runs
 // with the production publisher (internal/stompx) and with the minimal one above.
 func TestPostRegistrationOverRealBroker(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	publishers := map[string]func(t *testing.T) api.Publisher{
 		"stompx": func(t *testing.T) api.Publisher {
@@ -385,6 +392,7 @@ func testPostOverBroker(t *testing.T, addr string, pub api.Publisher) {
 // TestPostRegistrationBrokerUnreachable: stompx cannot dial (nothing listens on the
 // port), so the API answers 503 rather than accepting a message it could lose.
 func TestPostRegistrationBrokerUnreachable(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -401,6 +409,7 @@ func TestPostRegistrationBrokerUnreachable(t *testing.T) {
 
 // TestPostRegistrationBrokerGone: a publisher whose connection is closed answers 503.
 func TestPostRegistrationBrokerGone(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	conn, err := stomp.Dial("tcp", addr)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		payload string
@@ -88,6 +89,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestHandle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
 	reg := process.NewRegistry()
@@ -153,6 +155,7 @@ func TestHandle(t *testing.T) {
 // Processed as a batch (HandleBatch, one insert for many), every registration still
 // emits its customer-registered event, as Handle does one by one.
 func TestHandleBatchEmits(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
 	reg := process.NewRegistry()
@@ -191,6 +194,7 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 // statements at first, 201 with Emit's single statement); and the messages keep the
 // batch's order.
 func TestHandleBatchEmitsWithOneStatement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
 	counter := &statementCounter{}

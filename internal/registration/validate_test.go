@@ -15,6 +15,7 @@ import (
 // Issue 10: lookalike e-mails registered as different people (NFD vs NFC, a zero-width
 // space, full-width letters, Cyrillic letters).
 func TestNormalizeEmail(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, want string // want "" means refused
 	}{
@@ -67,6 +68,7 @@ func TestNormalizeEmail(t *testing.T) {
 }
 
 func TestNormalizeName(t *testing.T) {
+	t.Parallel()
 	for in, ok := range map[string]bool{
 		"Ada Lovelace": true, "Zo\u0308e": true, "\u0645\u0647\u200c\u0633\u0627": true, // Persian needs ZWNJ
 		"Ada\u202eecalevoL": false, "A\u200bda": false, "Ada\nLovelace": false, " ": false,
@@ -83,6 +85,7 @@ func TestNormalizeName(t *testing.T) {
 
 // Issue 10: createdAt 0001-01-01 was accepted by the API, then rejected by the handler.
 func TestCreatedAtBounds(t *testing.T) {
+	t.Parallel()
 	for _, ts := range []string{"0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "1899-12-31T23:59:59Z"} {
 		_, err := registration.Parse([]byte(`{"name":"a","email":"a@b.co","jurisdiction":"mga","createdAt":"` + ts + `"}`))
 		if !errors.Is(err, registration.ErrInvalid) || !strings.Contains(err.Error(), "createdAt") {
@@ -94,6 +97,7 @@ func TestCreatedAtBounds(t *testing.T) {
 // The lookalikes that do get through normalisation are one customer: NFD and NFC, and
 // case, collide in the handler.
 func TestLookalikesAreOneCustomer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
 	reg := process.NewRegistry()

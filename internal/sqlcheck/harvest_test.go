@@ -26,7 +26,7 @@ var sqlMethods = map[string]int{"Exec": 1, "Query": 1, "QueryRow": 1, "Queue": 0
 
 // skipDirs hold no product SQL: test helpers, and the benchmark's scratch databases.
 var skipDirs = map[string]bool{".git": true, "testdata": true, "vendor": true, "sqlcheck": true, "testenv": true,
-	"processtest": true, "sinktest": true, "node_modules": true}
+	"processtest": true, "sinktest": true, "inboxdtest": true, "node_modules": true}
 
 // harvest reads every non-test Go file under root and returns each call that sends SQL.
 // A constant statement (a literal, a named constant, or a concatenation of those,

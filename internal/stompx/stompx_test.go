@@ -78,6 +78,7 @@ func TestDialHonorsContextAndTimeout(t *testing.T) {
 }
 
 func TestDialActiveMQ(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	conn, err := Dial(context.Background(), Config{Addr: addr, Login: "inboxd", Passcode: "secret"})
 	if err != nil {
@@ -92,6 +93,7 @@ func TestDialActiveMQ(t *testing.T) {
 // TestPublisherReconnects uses go-stomp's in-memory server: the broker is down for the
 // first call (ErrUnavailable) and up for the next, which must redial by itself.
 func TestPublisherReconnects(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +126,7 @@ func TestPublisherReconnects(t *testing.T) {
 }
 
 func TestPublisherActiveMQ(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	q := testenv.Queue(t)
 	p := NewPublisher(Config{Addr: addr}, 3)
@@ -174,6 +177,7 @@ func TestPublisherActiveMQ(t *testing.T) {
 }
 
 func TestPublishHonorsContext(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	p := NewPublisher(Config{Addr: addr}, 1)
 	defer p.Close()
@@ -185,6 +189,7 @@ func TestPublishHonorsContext(t *testing.T) {
 }
 
 func TestClientIDInUse(t *testing.T) {
+	t.Parallel()
 	inUse := frame.New(frame.ERROR, frame.Message, "Broker: inboxd - Client: x already connected from tcp://127.0.0.1:1")
 	inUse.Body = []byte("javax.jms.InvalidClientIDException: Broker: inboxd - Client: x already connected")
 	other := frame.New(frame.ERROR, frame.Message, "User name [u] or password is invalid.")
@@ -210,6 +215,7 @@ func TestClientIDInUse(t *testing.T) {
 // A second connection with a client id in use is refused with ErrClientIDInUse, as
 // ActiveMQ sends ERROR with InvalidClientIDException and closes the socket.
 func TestSecondClientIDRefused(t *testing.T) {
+	t.Parallel()
 	addr := testenv.Broker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -237,6 +243,7 @@ func TestSecondClientIDRefused(t *testing.T) {
 // asks again and reports ErrClientIDInUse, not an outage. Without a client id an
 // unanswered close is an outage at once.
 func TestClientIDRefusalLostThenRepeated(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		clientID string

@@ -71,6 +71,7 @@ func writePEM(t *testing.T, path, typ string, der []byte, mode os.FileMode) {
 }
 
 func TestLoadTLSRefusesBadFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, cert, key := strangerCA(t, dir)
 	notPEM := filepath.Join(dir, "not.pem")
@@ -175,6 +176,7 @@ func runTLSCases(t *testing.T, cases []tlsCase) {
 // scripts/broker-tls.sh): the right CA works, anything else is refused with an error
 // that names the file and the name that failed.
 func TestTLSSharedBroker(t *testing.T) {
+	t.Parallel()
 	tlsBrokerCases(t, testenv.SharedBrokerTLS(t), testenv.Broker(t))
 }
 
@@ -221,6 +223,7 @@ func tlsBrokerCases(t *testing.T, b testenv.BrokerTLS, plainAddr string) {
 // A broker whose certificate expired is refused. The shared broker's certificate is
 // valid, so this one runs a private broker with the expired keystore.
 func TestTLSExpiredBrokerCertificate(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a private broker")
 	}

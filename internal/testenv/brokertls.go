@@ -52,6 +52,7 @@ func SharedBrokerTLS(t testing.TB) BrokerTLS {
 // start a private broker with these stores.
 func BrokerTLSMaterial(t testing.TB) BrokerTLS {
 	t.Helper()
+	Integration(t)
 	dir := BrokerTLSDir()
 	b := BrokerTLS{
 		Addr: brokerTLSEnv("INBOXD_TEST_STOMP_TLS_ADDR", "127.0.0.1:61612"), MutualAddr: brokerTLSEnv("INBOXD_TEST_STOMP_MTLS_ADDR", "127.0.0.1:61611"),

@@ -12,6 +12,7 @@ import (
 // Missing, it skips the test, or fails it when CI=true.
 func Chromium(t testing.TB) string {
 	t.Helper()
+	Integration(t)
 	if p := os.Getenv("INBOXD_TEST_CHROMIUM"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			unavailable(t, "INBOXD_TEST_CHROMIUM=%s: %v", p, err)

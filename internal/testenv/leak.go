@@ -36,6 +36,7 @@ var leakIgnores = []goleak.Option{
 // only after a successful run, as goleak.VerifyTestMain does (a failed test may leave
 // goroutines behind on purpose, and its failure is the report).
 func Main(m *testing.M) {
+	skipExamplesWithoutServices()
 	code := m.Run()
 	if code == 0 {
 		// Keep-alive connections the tests' default HTTP client left idle are a pool of the

@@ -53,6 +53,7 @@ var tlsBlocks = regexp.MustCompile(`(?s)[ \t]*<!-- BEGIN tls.*?<!-- END tls -->\
 
 func startPrivateBroker(t testing.TB, keystore, truststore string) *PrivateBroker {
 	t.Helper()
+	Integration(t)
 	if _, err := exec.LookPath("activemq"); err != nil {
 		unavailable(t, "activemq is not installed: %v", err)
 	}

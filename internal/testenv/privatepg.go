@@ -30,6 +30,7 @@ type PrivatePostgres struct {
 // StartPrivatePostgres creates and starts a private cluster, stopped when the test ends.
 func StartPrivatePostgres(t testing.TB) *PrivatePostgres {
 	t.Helper()
+	Integration(t)
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(bins) == 0 {
 		unavailable(t, "no PostgreSQL server binaries under /usr/lib/postgresql")

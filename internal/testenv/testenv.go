@@ -41,6 +41,16 @@ func StompAddr() string {
 	return "127.0.0.1:61613"
 }
 
+// Integration marks a test that needs a real service: under -short (make test-short,
+// the quick loop) it is skipped, whether or not CI is set, since -short is asked for
+// by name. Every helper here that hands out a service calls it first.
+func Integration(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: -short runs only the tests that need no service")
+	}
+}
+
 // unavailable fails the test in CI and skips it otherwise.
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
@@ -135,6 +145,7 @@ func NewDB(t testing.TB) *DB {
 // NewDBWith is NewDB with options.
 func NewDBWith(t testing.TB, opts DBOptions) *DB {
 	t.Helper()
+	Integration(t)
 	if opts.Isolation == "" {
 		opts.Isolation = os.Getenv("INBOXD_TEST_DEFAULT_ISOLATION")
 	}
@@ -210,6 +221,7 @@ func MessageLimitFromEnv(t testing.TB) int {
 // Broker checks that the STOMP broker answers and returns its address.
 func Broker(t testing.TB) string {
 	t.Helper()
+	Integration(t)
 	conn, err := net.DialTimeout("tcp", StompAddr(), 3*time.Second)
 	if err != nil {
 		unavailable(t, "activemq stomp at %s: %v (run scripts/services.sh up)", StompAddr(), err)

@@ -50,6 +50,7 @@ func worstRow(t *testing.T, n, maxMessageBytes int) (row []byte, raw int) {
 // the row that crosses it is in the batch; both ways of counting (encoded or raw bytes)
 // are tried.
 func TestLargestBatchFitsBodyCap(t *testing.T) {
+	t.Parallel()
 	flush := feed.DefaultOptions("webhook-https://x/y", "", "").Flush
 	if flush.Bytes <= 0 {
 		t.Fatal("DefaultOptions sets no Flush.Bytes: a batch of large rows has no bound")
@@ -97,6 +98,7 @@ func TestLargestBatchFitsBodyCap(t *testing.T) {
 
 // TestBodyCapFollowsMessageSize: a larger INBOXD_MAX_BODY_BYTES raises the cap with it.
 func TestBodyCapFollowsMessageSize(t *testing.T) {
+	t.Parallel()
 	small, large := webhook.MaxBodyBytes(1<<10), webhook.MaxBodyBytes(1<<20)
 	if large-small < 12*((1<<20)-(1<<10)) {
 		t.Errorf("cap grows by %d for %d more message bytes, want at least 12× (escaping, body text twice)", large-small, (1<<20)-(1<<10))

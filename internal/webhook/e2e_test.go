@@ -356,6 +356,7 @@ func TestTwoInstances(t *testing.T) {
 // The database goes away mid-delivery: the webhook answers 5xx, the sink retries,
 // and once the database is back the final state is exact.
 func TestDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := registration.Migrate(ctx, db.Pool); err != nil {
@@ -423,6 +424,7 @@ func TestDatabaseOutage(t *testing.T) {
 // own batch, newest first, many in flight, half of them in the bare envelope; no
 // sweeper, so deferred events are picked up by their predecessor's completion.
 func TestOrderingWithOutOfOrderDelivery(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := registration.Migrate(ctx, db.Pool); err != nil {

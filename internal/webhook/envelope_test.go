@@ -13,6 +13,7 @@ import (
 const id1 = "d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"
 
 func TestDecode(t *testing.T) {
+	t.Parallel()
 	type rowWant struct {
 		id, agg string
 		status  journal.Status
@@ -119,6 +120,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // DecodeStream hands rows over as it reads them; a failed read is reported as such,
 // not as a malformed body.
 func TestDecodeStream(t *testing.T) {
+	t.Parallel()
 	batch := `{"payload":[{"after":null},7,{"after":{"id":"` + id1 + `"}}],"length":3}`
 	var rows []webhook.Row
 	h, err := webhook.DecodeStream(strings.NewReader(batch), func(r webhook.Row) { rows = append(rows, r) })
@@ -143,6 +145,7 @@ func TestDecodeStream(t *testing.T) {
 }
 
 func TestParseHLC(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		in   string
 		ok   bool

@@ -57,6 +57,7 @@ func serve(t *testing.T, h *webhook.Handler) (string, *http.Client) {
 type hiddenLength struct{ io.Reader }
 
 func TestHandlerRequests(t *testing.T) {
+	t.Parallel()
 	row := func(status, next string) string {
 		after := `{"id":"` + id1 + `","status":"` + status + `","aggregate_id":"a","sequence_no":1`
 		if next != "" {
@@ -129,6 +130,7 @@ func TestHandlerRequests(t *testing.T) {
 }
 
 func TestResolvedWatermark(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	m := metrics.New()
@@ -202,6 +204,7 @@ func gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
 // Pending rows over Config.MaxPendingRows are not processed by the handler but left to
 // the sweeper, and the batch is still answered 200: a 4xx would be retried forever.
 func TestPendingRowsOverTheLimit(t *testing.T) {
+	t.Parallel()
 	proc := &fakeProcessor{}
 	h := webhook.New(webhook.Config{AuthHeader: token, MaxPendingRows: 2}, proc, nil, metrics.New(), nil)
 	url, client := serve(t, h)

@@ -63,7 +63,8 @@ func (h *Handler) start(reqCtx context.Context, items []process.Item) (*job, map
 		return nil, nil, ErrShuttingDown
 	}
 	joined := map[string]*job{}
-	var fresh []process.Item
+	// Usually no item is in flight yet: sized for all of them, fresh grows no copies.
+	fresh := make([]process.Item, 0, len(items))
 	for _, it := range items {
 		if j := f.byID[it.ID]; j != nil {
 			joined[it.ID] = j

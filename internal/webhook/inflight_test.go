@@ -105,6 +105,7 @@ func waitStarted(t *testing.T, p *blockingProcessor) []process.Item {
 // A post whose client gave up leaves its batch running; the retry joins it instead of
 // processing the rows again, and is answered 2xx with their outcome once it is recorded.
 func TestRetryJoinsBatchInFlight(t *testing.T) {
+	t.Parallel()
 	p := newBlockingProcessor()
 	h := webhook.New(webhook.Config{AuthHeader: token}, p, nil, nil, nil)
 	u, client := serve(t, h)
@@ -158,6 +159,7 @@ func TestRetryJoinsBatchInFlight(t *testing.T) {
 // Shutdown waits for the batches in flight, then cancels them once its context ends;
 // posts that arrive meanwhile are refused with 503 so that the sink redelivers them.
 func TestShutdownBoundsBatchesInFlight(t *testing.T) {
+	t.Parallel()
 	p := newBlockingProcessor()
 	h := webhook.New(webhook.Config{AuthHeader: token}, p, nil, nil, nil)
 	u, client := serve(t, h)
@@ -198,6 +200,7 @@ func TestShutdownBoundsBatchesInFlight(t *testing.T) {
 // Batches in flight are bounded; past the bound, a post is refused with 503, and one
 // that only joins batches in flight is not refused.
 func TestMaxBatchesInFlight(t *testing.T) {
+	t.Parallel()
 	p := newBlockingProcessor()
 	h := webhook.New(webhook.Config{AuthHeader: token, MaxBatchesInFlight: 1}, p, nil, nil, nil)
 	u, client := serve(t, h)
@@ -222,6 +225,7 @@ func TestMaxBatchesInFlight(t *testing.T) {
 // registry, so the sink's next post processes the rows again (what the first one
 // committed is then a no-op for the engine).
 func TestProcessTimeoutEndsBatch(t *testing.T) {
+	t.Parallel()
 	p := newBlockingProcessor()
 	h := webhook.New(webhook.Config{AuthHeader: token, ProcessTimeout: 100 * time.Millisecond}, p, nil, nil, nil)
 	u, client := serve(t, h)

@@ -123,7 +123,7 @@ func hostileBodies(size int64) []struct {
 //   - allocated, rows that are not work: at most 2 bytes per body byte (measured 0.001
 //     for {} and deletes, 0.4 at most, for rows whose key is copied into Row.Key).
 //   - allocated, with pending rows: at most 15 per body byte (measured 3.7 with the
-//     default MaxPendingRows, 8.9 without a limit: each pending row allocates its
+//     default MaxPendingRows, 12.2 without a limit: each pending row allocates its
 //     JournalRow and id, each processed one an item and a set entry).
 //   - live at processing: 1 MB plus 250 bytes per processed row (measured: below the
 //     heap before the request for rows that are not work, 131 bytes per processed row).

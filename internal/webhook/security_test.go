@@ -39,6 +39,7 @@ func post(t *testing.T, client *http.Client, url string, body []byte) (int, stri
 // and answered 200 (a 4xx would block the feed forever); a poisoned row already in the
 // table is replaced by the next plausible resolved timestamp.
 func TestResolvedFromTheFarFutureIsIgnored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	m := metrics.New()
@@ -80,6 +81,7 @@ func TestResolvedFromTheFarFutureIsIgnored(t *testing.T) {
 
 // Issue 10: the 503 body echoed the raw database error.
 func TestUnavailableDoesNotEchoTheError(t *testing.T) {
+	t.Parallel()
 	proc := &fakeProcessor{err: errors.New(`failed to connect to host=10.9.8.7 user=inboxd database=prod: FATAL: password authentication failed`)}
 	h := webhook.New(webhook.Config{AuthHeader: token}, proc, nil, metrics.New(), nil)
 	url, client := serve(t, h)

@@ -25,6 +25,7 @@ import (
 // processing span is a child of the trace of the message it came in, and its handler
 // gets it, as on the sweeper and push paths.
 func TestWebhookProcessingSpan(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	exp := tracetest.NewInMemoryExporter()

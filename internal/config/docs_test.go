@@ -1,0 +1,161 @@
+package config
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxd/inboxd"
+)
+
+// statedDefault is the value a field's doc gives after "Defaults to ", up to the
+// sentence's full stop.
+var statedDefault = regexp.MustCompile(`Defaults to (.+?)(?:\.\s|\.$|[:;,]\s)`)
+
+// computedDefaults are the defaults no literal can state.
+var computedDefaults = map[string]string{"Concurrency": "the number of CPUs, at least 2"}
+
+// configDocs reads the doc comment of each field of inboxd.Config from config.go.
+func configDocs(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../../config.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != "Config" {
+			return true
+		}
+		for _, fld := range ts.Type.(*ast.StructType).Fields.List {
+			for _, name := range fld.Names {
+				docs[name.Name] = strings.Join(strings.Fields(fld.Doc.Text()), " ")
+			}
+		}
+		return false
+	})
+	return docs
+}
+
+// literal writes a default as a field's doc states it: a duration as an operator
+// would ("10m"), a string or list quoted.
+func literal(v reflect.Value) string {
+	switch x := v.Interface().(type) {
+	case time.Duration:
+		return short(x)
+	case string:
+		return strconv.Quote(x)
+	case []string:
+		return strconv.Quote(strings.Join(x, ","))
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// TestConfigDocs holds inboxd.Config's docs to the one table: every field says what it
+// does and "Defaults to X.", X being what WithDefaults gives it (internal/defaults),
+// and each field the command line sets names its environment variable.
+func TestConfigDocs(t *testing.T) {
+	docs := configDocs(t)
+	def := reflect.ValueOf(inboxd.Config{}.WithDefaults())
+	typ := def.Type()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		doc := docs[name]
+		if !strings.HasPrefix(doc, name+" ") {
+			t.Errorf("Config.%s: no doc of its own starting with its name: %q", name, doc)
+			continue
+		}
+		m := statedDefault.FindStringSubmatch(doc)
+		if m == nil {
+			t.Errorf("Config.%s: its doc states no default (\"Defaults to X.\")", name)
+			continue
+		}
+		stated, v := m[1], def.Field(i)
+		switch {
+		case computedDefaults[name] != "":
+			if !strings.Contains(doc, "Defaults to "+computedDefaults[name]+".") {
+				t.Errorf("Config.%s: doc does not say it defaults to %s", name, computedDefaults[name])
+			}
+		case v.IsZero():
+			// A zero default is stated in words ("none: the system pool", "false").
+			if stated != "false" && strings.ContainsAny(stated[:1], `"0123456789`) {
+				t.Errorf("Config.%s: doc says it defaults to %s, but its default is zero", name, stated)
+			}
+		case stated != literal(v):
+			t.Errorf("Config.%s: doc says it defaults to %s, the table says %s", name, stated, literal(v))
+		}
+	}
+	for field, env := range settingFields(t) {
+		if !strings.Contains(docs[field], env) {
+			t.Errorf("Config.%s: its doc does not name its environment variable %s", field, env)
+		}
+	}
+}
+
+// settingFields maps each command-line setting that sets an inboxd.Config field to
+// that field's name, found by setting it to a probe value and seeing what changed.
+func settingFields(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	base := Defaults()
+	for i, s := range settings(&Config{}) {
+		for _, probe := range []string{"7", "7s", "true", "/queue/probe-7", "x"} {
+			c := Defaults()
+			if settings(c)[i].set(probe) != nil {
+				continue
+			}
+			c.toLibrary()
+			a, b := reflect.ValueOf(base.Config), reflect.ValueOf(c.Config)
+			for j := range a.NumField() {
+				if f := a.Type().Field(j); f.IsExported() && !reflect.DeepEqual(a.Field(j).Interface(), b.Field(j).Interface()) &&
+					!strings.HasPrefix(f.Name, "Disable") {
+					out[f.Name] = s.env
+				}
+			}
+			break
+		}
+	}
+	if len(out) < 40 {
+		t.Fatalf("found the fields of only %d settings", len(out))
+	}
+	return out
+}
+
+// TestREADMEConfigTable holds the README's configuration table to the flags: every
+// environment variable has a row, with the flag's default.
+func TestREADMEConfigTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // env var → default cell
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) < 3 || !strings.HasPrefix(cells[0], "| `INBOXD_") {
+			continue
+		}
+		for _, env := range regexp.MustCompile("INBOXD_[A-Z_]+").FindAllString(cells[0], -1) {
+			rows[env] = cells[1]
+		}
+	}
+	for _, s := range settings(&Config{}) {
+		cell, ok := rows[s.env]
+		switch {
+		case !ok:
+			t.Errorf("README: no row for %s", s.env)
+		case s.def == "" && !strings.HasPrefix(cell, "empty"):
+			t.Errorf("README: %s defaults to %q, want empty", s.env, cell)
+		case s.def != "" && s.env != "INBOXD_CONCURRENCY" && !strings.Contains(cell, "`"+s.def+"`"):
+			t.Errorf("README: %s defaults to %q, want `%s`", s.env, cell, s.def)
+		}
+	}
+}
