@@ -68,6 +68,10 @@ type Config struct {
 	// can read and change messages (INBOXD_STOMP_TLS_INSECURE_SKIP_VERIFY). Defaults to
 	// false.
 	StompTLSInsecureSkip bool
+	// StompHeartBeat is the STOMP heart-beat interval, both ways: a broker that falls
+	// silent (a blackholed path) is noticed within 1.5 of them; -1 turns heart-beats
+	// off (INBOXD_STOMP_HEART_BEAT). Defaults to 10s.
+	StompHeartBeat time.Duration
 	// Destinations are consumed: "/queue/x", or "/topic/x" with a durable subscription
 	// (INBOXD_DESTINATION, comma-separated). Defaults to "/queue/registrations".
 	Destinations []string
@@ -231,6 +235,14 @@ type Config struct {
 	// while work waits before /readyz reports them stuck (INBOXD_STALL_AFTER). Defaults
 	// to 1m.
 	StallAfter time.Duration
+
+	// MigrateAtStart makes Run apply inboxd's pending migrations when it starts, under the
+	// migration lock, which needs the schema owner's rights (DDL) (INBOXD_MIGRATE=auto).
+	// Defaults to false: Run changes no schema and only checks that the database's is one
+	// this release serves (behind, or ahead by migrations that contract it, is refused),
+	// so that a role with SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first
+	// with Migrate or "inboxd migrate".
+	MigrateAtStart bool
 }
 
 // MaxBatchSize is the largest BatchSize: one ingest batch numbers its rows inside one
@@ -297,6 +309,9 @@ func (c Config) WithDefaults() Config {
 	c.OutboxRetention = defaults.Or(c.OutboxRetention, defaults.OutboxRetention)
 
 	c.ShutdownTimeout = defaults.Or(c.ShutdownTimeout, defaults.ShutdownTimeout)
+	if c.StompHeartBeat == 0 { // negative: off
+		c.StompHeartBeat = defaults.StompHeartBeat
+	}
 	c.StallAfter = defaults.Or(c.StallAfter, defaults.StallAfter)
 	return c
 }
@@ -462,5 +477,5 @@ func (c Config) stomp(tls *stompx.TLS, log *slog.Logger) stompx.Config {
 		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
 	}
 	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, Host: c.StompHost,
-		Broker: stompx.Broker(c.Broker), TLS: tls, Logger: log}
+		Broker: stompx.Broker(c.Broker), TLS: tls, HeartBeat: c.StompHeartBeat, Logger: log}
 }

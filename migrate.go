@@ -7,15 +7,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/database"
-	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/schema"
 )
 
 // Migrate creates or updates inboxd's tables in the database of pool (idempotent). On
-// CockroachDB it also sets the default row-level TTL of the journal and quarantine;
-// "inboxd migrate" sets other values.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// CockroachDB it also sets the row-level TTL of the journal and quarantine: the defaults,
+// or a Config's with WithRetention.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) error {
 	// Detected first: it refuses a CockroachDB older than database.MinVersion before
 	// any migration runs.
 	dialect, err := database.Detect(ctx, pool)
@@ -28,7 +27,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if !dialect.RowTTL() {
 		return nil // PostgreSQL: Run deletes expired rows itself
 	}
-	if _, err := feed.NewManager(pool, dialect, nil).ApplyRetention(ctx, feed.Retention{Journal: defaults.Retention, Quarantine: defaults.QuarantineRetention}); err != nil {
+	if _, err := feed.NewManager(pool, dialect, nil).ApplyRetention(ctx, migrateOptionsOf(opts).retention); err != nil {
 		return fmt.Errorf("inboxd: setting retention: %w", err)
 	}
 	return nil

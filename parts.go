@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/schema"
 )
 
 // assembly is what a Run builds its parts from: the Client's settings and state.
@@ -42,6 +43,22 @@ type assembly struct {
 	reg  *process.Registry
 	m    *metrics.Metrics
 	tp   trace.TracerProvider
+}
+
+// schema migrates the database when the Config says so (MigrateAtStart), and otherwise
+// only checks, without DDL, that its schema is one this release serves.
+func (c assembly) schema(ctx context.Context) error {
+	if !c.cfg.MigrateAtStart {
+		return schema.Check(ctx, c.pool)
+	}
+	applied, err := schema.Migrate(ctx, c.pool)
+	for _, name := range applied {
+		c.log.Info("applied migration", "name", name)
+	}
+	if err != nil {
+		return fmt.Errorf("migrating at start: %w", err)
+	}
+	return nil
 }
 
 // run assembles the parts from the configuration and runs them in three stages, which
@@ -59,6 +76,9 @@ func (c assembly) run(ctx context.Context) error {
 	}
 	dialect, err := database.Detect(ctx, c.pool)
 	if err != nil {
+		return err
+	}
+	if err := c.schema(ctx); err != nil {
 		return err
 	}
 	cfg = cfg.withWebhook(dialect)
@@ -92,7 +112,7 @@ func (c assembly) run(ctx context.Context) error {
 		return fmt.Errorf("id-source: %w", err)
 	}
 	sub, err := ingest.New(ingest.Config{
-		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS,
+		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS, HeartBeat: stompCfg.HeartBeat,
 		Host: stompCfg.Host, Broker: stompCfg.Broker,
 		Destinations: cfg.Destinations,
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
@@ -167,9 +187,11 @@ func (c assembly) run(ctx context.Context) error {
 			return hook.Run(ctx, workBudget)
 		}})
 	}
-	// On CockroachDB row-level TTL (set by inboxd migrate) deletes expired rows.
-	keep := func(d time.Duration) time.Duration { return max(d, 0) } // negative: forever, the pruner's zero
-	if pruner := retention.New(c.pool, retention.Config{Journal: keep(cfg.Retention), Quarantine: keep(cfg.QuarantineRetention)},
+	// On CockroachDB row-level TTL (set by the migrating step) deletes expired rows;
+	// checkRetention warns when it is not the Config's.
+	checkRetention(ctx, c.pool, dialect, cfg, log)
+	keep := retentionOf(cfg) // negative: forever, the pruner's zero
+	if pruner := retention.New(c.pool, retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine},
 		log.With("component", "retention")); !dialect.RowTTL() && pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
@@ -183,7 +205,9 @@ func (c assembly) run(ctx context.Context) error {
 	log.Info("inboxd running", "destinations", cfg.Destinations, "api", httpAddr(cfg), "webhook", webhookAddr(cfg))
 	err = lifecycle.Run(ctx, log, cfg.ShutdownTimeout, intake, work, serving)
 	if errors.Is(err, lifecycle.ErrShutdownTimeout) {
-		log.Error("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
+		// WARN: nothing is lost (a dependency that hangs is the usual cause), and nobody
+		// needs to act.
+		log.Warn("shutdown timed out; exiting with work unfinished: the broker redelivers unacked messages, and claims end with their transactions",
 			"shutdown_timeout", cfg.ShutdownTimeout)
 		return err
 	}

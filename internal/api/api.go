@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ import (
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/httpsec"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 )
@@ -109,6 +111,9 @@ type Server struct {
 	e           *echo.Echo
 	log         *slog.Logger
 	admin, read echo.MiddlewareFunc
+
+	readyMu  sync.Mutex
+	readyOut map[string]*logx.Outage // by readiness check; "" is readiness as a whole
 }
 
 // New builds the API. It registers every route; Echo returns the echo instance to serve
@@ -153,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc}
+	s := &Server{cfg: cfg, db: db, log: cfg.Logger, openAPI: doc, readyOut: map[string]*logx.Outage{}}
 	cfg.AdminTokenSetting = cmp.Or(cfg.AdminTokenSetting, "INBOXD_ADMIN_TOKEN")
 	cfg.ReadTokenSetting = cmp.Or(cfg.ReadTokenSetting, "INBOXD_READ_TOKEN")
 	// Once any token is set, no route that reads or changes data is served without one:

@@ -125,6 +125,8 @@ func (s *Server) logRequests(next echo.HandlerFunc) echo.HandlerFunc {
 
 func (s *Server) levelFor(route string, status int) slog.Level {
 	switch {
+	case route == "/readyz" && status == http.StatusServiceUnavailable:
+		return slog.LevelDebug // the readiness checks log the outage, once
 	case status >= 500:
 		return slog.LevelWarn
 	case route == "/healthz" || route == "/readyz" || route == "/metrics":

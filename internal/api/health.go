@@ -3,12 +3,16 @@ package api
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/inboxd/inboxd/internal/logx"
 )
 
 //go:embed openapi.json
@@ -53,17 +57,36 @@ func (s *Server) readyz(c echo.Context) error {
 				// Unauthenticated endpoint: the cause (hosts, users) goes to the log only.
 				results[ch.Name] = "failed"
 				failed = append(failed, ch.Name)
-				s.log.Warn("readiness check failed", "check", ch.Name, "err", err)
+				// Once per outage at WARN: a probe every few seconds would repeat it.
+				s.readiness(ch.Name).Fail("readiness check failed", err)
 				return
 			}
 			results[ch.Name] = "ok"
+			s.readiness(ch.Name).Recovered("readiness check passes again")
 		}()
 	}
 	wg.Wait()
 	if len(failed) > 0 {
 		sort.Strings(failed)
-		s.log.Warn("not ready", "failed", failed)
+		s.readiness("").Fail("not ready", errors.New(strings.Join(failed, ", ")))
 		return Unavailable("not ready: "+strings.Join(failed, ", "), results, nil)
 	}
+	s.readiness("").Recovered("ready again")
 	return c.JSON(http.StatusOK, readyResponse{Status: "ready", Checks: results})
+}
+
+// readiness is the outage log of one readiness check, or of readiness as a whole ("").
+func (s *Server) readiness(check string) *logx.Outage {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	o := s.readyOut[check]
+	if o == nil {
+		what := "readiness"
+		if check != "" {
+			what = "readiness check " + check
+		}
+		o = &logx.Outage{Log: s.log, What: what, Level: slog.LevelWarn}
+		s.readyOut[check] = o
+	}
+	return o
 }

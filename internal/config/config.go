@@ -138,6 +138,7 @@ func settings(c *Config) []setting {
 		{"stomp-host", "INBOXD_STOMP_HOST", "STOMP host header: RabbitMQ's virtual host (empty: / for broker rabbitmq, else the host of stomp-addr)", "", str(&c.StompHost)},
 		{"stomp-login", "INBOXD_STOMP_LOGIN", "STOMP login", "", str(&c.StompLogin)},
 		{"stomp-passcode", "INBOXD_STOMP_PASSCODE", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)", "", str(&c.StompPasscode)},
+		{"stomp-heart-beat", "INBOXD_STOMP_HEART_BEAT", "STOMP heart-beat interval both ways; a silent broker is noticed within 1.5 intervals (negative: off)", short(defaults.StompHeartBeat), dur(&c.StompHeartBeat)},
 		{"stomp-passcode-file", "INBOXD_STOMP_PASSCODE_FILE", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)", "", str(&c.StompPasscodeFile)},
 		{"stomp-tls", "INBOXD_STOMP_TLS", "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext", "false", boolean(&c.StompTLS)},
 		{"stomp-ca-file", "INBOXD_STOMP_CA_FILE", "PEM CA bundle that signs the broker's certificate (empty: the system pool)", "", str(&c.StompCAFile)},
@@ -173,7 +174,15 @@ func settings(c *Config) []setting {
 		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", strconv.Itoa(defaults.MaxInflightBytes), num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
 		{"id-source", "INBOXD_ID_SOURCE", "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id", defaults.IDSource, str(&c.IDSource)},
-		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
+		{"migrate", "INBOXD_MIGRATE", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible", "off", func(v string) error {
+			switch v {
+			case "auto", "off":
+				c.MigrateAtStart = v == "auto"
+				return nil
+			}
+			return fmt.Errorf("want auto or off: %q", v)
+		}},
+		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(defaults.Concurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
 		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.immediateRetries)},

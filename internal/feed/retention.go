@@ -3,6 +3,8 @@ package feed
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -115,4 +117,95 @@ func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, er
 		ran = append(ran, stmt)
 	}
 	return ran, nil
+}
+
+// TTLInForce is the row-level TTL a table has, as its definition shows it.
+type TTLInForce struct {
+	Set bool // the table has a TTL
+	// Retention is the interval its expiration expression adds, when Known: CockroachDB
+	// may print the expression reformatted (the interval as '604800 seconds', '7 days'
+	// or '168:00:00'), so an interval in none of those forms is left unknown rather than
+	// misread.
+	Retention time.Duration
+	Known     bool
+}
+
+// ttlExpression finds the ttl_expiration_expression storage parameter in a SHOW CREATE
+// TABLE statement (WITH (ttl = 'on', ttl_expiration_expression = e'…', …)).
+// https://www.cockroachlabs.com/docs/stable/row-level-ttl#view-ttl-storage-parameters-on-a-table
+var ttlExpression = regexp.MustCompile(`ttl_expiration_expression\s*=\s*e?'((?:[^'\\]|\\.|'')*)'`)
+
+// The interval literal of an expiration expression, in the forms CockroachDB prints.
+var (
+	intervalSeconds = regexp.MustCompile(`'(\d+) seconds?'`)
+	intervalDays    = regexp.MustCompile(`'(\d+) days?(?: (\d+):(\d\d):(\d\d))?'`)
+	intervalClock   = regexp.MustCompile(`'(\d+):(\d\d):(\d\d)'`)
+)
+
+// ParseTTL reads the TTL in force from a table's SHOW CREATE TABLE statement.
+func ParseTTL(createStatement string) TTLInForce {
+	m := ttlExpression.FindStringSubmatch(createStatement)
+	if m == nil {
+		return TTLInForce{}
+	}
+	expr := strings.NewReplacer(`\'`, `'`, `''`, `'`).Replace(m[1])
+	num := func(s string) time.Duration { n, _ := strconv.ParseInt(s, 10, 64); return time.Duration(n) }
+	clock := func(h, mi, s string) time.Duration {
+		return num(h)*time.Hour + num(mi)*time.Minute + num(s)*time.Second
+	}
+	switch {
+	case intervalSeconds.MatchString(expr):
+		return TTLInForce{Set: true, Known: true, Retention: num(intervalSeconds.FindStringSubmatch(expr)[1]) * time.Second}
+	case intervalDays.MatchString(expr):
+		d := intervalDays.FindStringSubmatch(expr)
+		r := num(d[1]) * 24 * time.Hour
+		if d[2] != "" {
+			r += clock(d[2], d[3], d[4])
+		}
+		return TTLInForce{Set: true, Known: true, Retention: r}
+	case intervalClock.MatchString(expr):
+		c := intervalClock.FindStringSubmatch(expr)
+		return TTLInForce{Set: true, Known: true, Retention: clock(c[1], c[2], c[3])}
+	}
+	return TTLInForce{Set: true}
+}
+
+// RetentionDrift compares the TTL in force on the journal and the quarantine with want,
+// and describes each difference; none when they agree (or an interval cannot be read).
+func RetentionDrift(want Retention, journal, quarantine TTLInForce) []string {
+	var out []string
+	check := func(table string, want time.Duration, got TTLInForce) {
+		switch {
+		case want == 0 && got.Set:
+			out = append(out, fmt.Sprintf("%s: a TTL is in force, the configuration keeps its rows forever", table))
+		case want > 0 && !got.Set:
+			out = append(out, fmt.Sprintf("%s: no TTL is in force, the configuration keeps its rows %s", table, want))
+		case want > 0 && got.Known && got.Retention != want:
+			out = append(out, fmt.Sprintf("%s: the TTL in force keeps rows %s, the configuration %s", table, got.Retention, want))
+		}
+	}
+	check("journal", want.Journal, journal)
+	check("quarantine", want.Quarantine, quarantine)
+	return out
+}
+
+// RetentionInForce reads the TTL in force on the journal and the quarantine. It needs
+// no privilege beyond reading the tables' definitions, so a runtime role without DDL
+// rights can compare it with its configuration.
+func (m *Manager) RetentionInForce(ctx context.Context) (journal, quarantine TTLInForce, err error) {
+	if !m.dialect.RowTTL() {
+		return TTLInForce{}, TTLInForce{}, ErrNeedsCockroachDB
+	}
+	read := func(table string) (TTLInForce, error) {
+		var def string
+		if err := m.db.QueryRow(ctx, showCreateSQL(table), simple).Scan(&def); err != nil {
+			return TTLInForce{}, fmt.Errorf("reading the definition of %s: %w", table, err)
+		}
+		return ParseTTL(def), nil
+	}
+	if journal, err = read("journal"); err != nil {
+		return
+	}
+	quarantine, err = read("quarantine")
+	return
 }

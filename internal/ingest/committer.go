@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/message"
 )
 
@@ -44,8 +45,12 @@ func (c *committer) write(ctx context.Context, b *batch) error {
 	if h := c.hooks.beforeIngest; h != nil {
 		h(ctx, c.dest, len(b.msgs))
 	}
-	// Detached from ctx: a shutdown lets the batch in flight finish (commit then ack).
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommitTimeout)
+	// Detached from ctx: a shutdown lets the batch in flight finish (commit then ack),
+	// within the shutdown budget: a database that does not answer is abandoned when the
+	// budget runs out (lifecycle.Detach), and the broker redelivers the batch.
+	dctx, detached := lifecycle.Detach(ctx)
+	defer detached()
+	cctx, cancel := context.WithTimeout(dctx, c.cfg.CommitTimeout)
 	cctx, span := c.batchSpan(cctx, c.dest, b)
 	start := time.Now()
 	res, err := journal.Ingest(cctx, c.db, b.jb)

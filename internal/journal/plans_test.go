@@ -214,32 +214,32 @@ func TestPlanCheckCatchesScans(t *testing.T) {
 }
 
 // TestReadStatsLargeJournal: above ExactCountLimit the counts the partial indexes hold
-// stay exact, the total is the database's estimate, labelled as one.
+// stay exact, the total is the database's estimate, labelled as one. The exact count
+// stops at a small bound (issue 27: counting up to 100,001 entries took 208 ms), so that
+// 30,050 entries, well inside what was counted exactly before, are estimated.
 func TestReadStatsLargeJournal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := plannedJournal(t) // 30,050 entries: counted exactly
-	s, err := ReadStats(ctx, pool)
+	small := testenv.NewDB(t).Pool
+	if _, err := small.Exec(ctx, `
+		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
+		SELECT u, jsonb_build_object('id', u::TEXT), (ARRAY['a', 'b'])[1 + g % 2], 'agg', (ARRAY['RECEIVED', 'PROCESSED'])[1 + g % 2]
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`, ExactCountLimit); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadStats(ctx, small)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Estimated || s.Total != 30050 || s.ByType["a"][StatusProcessed] != 10000+10 {
+	if s.Estimated || s.Total != ExactCountLimit || s.ByType["b"][StatusProcessed] != ExactCountLimit/2 {
 		t.Fatalf("small journal: estimated %v total %d by type %v", s.Estimated, s.Total, s.ByType)
 	}
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
-		SELECT u, jsonb_build_object('id', u::TEXT), 'd', 'agg', 'PROCESSED'
-		FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s`, ExactCountLimit); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `ANALYZE journal`); err != nil {
-		t.Fatal(err)
-	}
+	pool := plannedJournal(t) // 30,050 entries
 	s, err = ReadStats(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const total = 30050 + ExactCountLimit
+	const total = 30050
 	if !s.Estimated || s.Total < total*9/10 || s.Total > total*11/10 {
 		t.Errorf("estimated %v total %d, want an estimate near %d", s.Estimated, s.Total, total)
 	}
@@ -252,7 +252,7 @@ func TestReadStatsLargeJournal(t *testing.T) {
 	if got := s.ByStatus[StatusProcessed]; got != s.Total-40 {
 		t.Errorf("PROCESSED %d, want the total less the counted %d", got, s.Total-40)
 	}
-	for _, typ := range []string{"a", "b", "c", "d"} {
+	for _, typ := range []string{"a", "b", "c"} {
 		if m, ok := s.ByType[typ]; !ok || m[StatusProcessed] != 0 {
 			t.Errorf("type %s: %v, want listed without a PROCESSED count", typ, m)
 		}

@@ -29,8 +29,10 @@ type Stats struct {
 // only the statuses that partial indexes hold (RECEIVED and FAILED in journal_aggregate_pending;
 // FAILED, DEAD and REJECTED in journal_attention) are counted, and the PROCESSED entries,
 // which are most of a large journal, are estimated: counting them would read the whole
-// journal, about 600 M entries at 1,000 msg/s kept 7 days.
-const ExactCountLimit = 100_000
+// journal, about 600 M entries at 1,000 msg/s kept 7 days. The bound is small, so that
+// the count answers in a few milliseconds whatever the size: counting up to 100,001
+// entries took 208 ms at 102,000 (issue 27).
+const ExactCountLimit = 10_000
 
 // ReadStats counts entries by type and status without reading the journal: its cost
 // follows the pending and attention work (and at most ExactCountLimit entries), not the

@@ -43,12 +43,16 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 		wg     sync.WaitGroup
 	}
 	failed := make(chan error, 1)
+	// Cancelled when the budget runs out: the work detached from its stage's
+	// stop (Detach) ends then, so that nothing holds a connection past the stop.
+	hard, expire := context.WithCancel(context.WithoutCancel(ctx))
+	defer expire()
 	var errsMu sync.Mutex
 	var errs []error
 	all := make([]*running, len(stages))
 	for i, st := range stages {
 		// Detached from ctx: a stage is stopped by its turn in the order, not by ctx.
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		sctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), hardKey{}, hard))
 		r := &running{name: st.Name, cancel: cancel}
 		all[i] = r
 		for _, p := range st.Parts {
@@ -94,6 +98,7 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 		for _, r := range all {
 			r.cancel()
 		}
+		expire()
 		errsMu.Lock()
 		defer errsMu.Unlock()
 		return errors.Join(errors.Join(errs...), ErrShutdownTimeout)
@@ -101,6 +106,26 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 	errsMu.Lock()
 	defer errsMu.Unlock()
 	return errors.Join(errs...)
+}
+
+type hardKey struct{}
+
+// Detach returns a context that a stage's stop does not cancel, for the work a part
+// finishes after it was told to stop (ingest's last commit, a webhook batch), but that
+// the end of the shutdown budget does: past it, Run has returned and that work is
+// abandoned, its transaction rolled back when its connection is dropped. Outside Run
+// it is only detached from ctx. Call cancel when the work is done.
+func Detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	hard, ok := ctx.Value(hardKey{}).(context.Context)
+	if !ok {
+		return dctx, cancel
+	}
+	stop := context.AfterFunc(hard, cancel)
+	return dctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // Split divides the shutdown budget between stages by weight, so that each part that

@@ -93,3 +93,48 @@ func TestSplit(t *testing.T) {
 		t.Fatalf("Split = %v, want %v", got, want)
 	}
 }
+
+// Work detached from a stage's stop outlives the stop, not the budget: a commit in
+// flight finishes after the stop when it can, and is abandoned when the budget runs
+// out (issue 27: ingest's commit to a hung database ran 30 s past a 10 s budget).
+func TestDetachEndsWithTheBudget(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	finished, abandoned := make(chan struct{}), make(chan struct{})
+	err := Run(ctx, quiet, 300*time.Millisecond, Stage{Name: "work", Parts: []Part{
+		{Name: "finishes", Run: func(ctx context.Context) error {
+			dctx, done := Detach(ctx)
+			defer done()
+			<-ctx.Done()
+			select {
+			case <-dctx.Done():
+				t.Error("the stop cancelled the detached work")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(finished)
+			return nil
+		}},
+		{Name: "hangs", Run: func(ctx context.Context) error {
+			dctx, done := Detach(ctx)
+			defer done()
+			<-dctx.Done() // a commit to a hung database
+			close(abandoned)
+			return nil
+		}},
+	}})
+	if !errors.Is(err, ErrShutdownTimeout) {
+		t.Fatalf("Run = %v, want ErrShutdownTimeout", err)
+	}
+	for name, ch := range map[string]chan struct{}{"finishes": finished, "hangs": abandoned} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the detached work did not end after the budget", name)
+		}
+	}
+	d, done := Detach(context.Background()) // outside Run: only detached
+	defer done()
+	if d.Err() != nil {
+		t.Fatal(d.Err())
+	}
+}

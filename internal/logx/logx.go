@@ -73,7 +73,7 @@ func (o *Outage) Fail(msg string, err error) {
 	o.n++
 	if o.n == 1 {
 		o.since = time.Now()
-		o.Log.Log(context.Background(), o.Level, msg, "err", err)
+		o.Log.Log(context.Background(), o.Level, msg, "outage", o.What, "err", err)
 		return
 	}
 	o.Log.Debug(msg, "err", err, "attempt", o.n)

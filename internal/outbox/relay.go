@@ -18,6 +18,7 @@ import (
 	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -81,6 +82,7 @@ type Relay struct {
 
 	statsMu   sync.Mutex
 	statsRead time.Time
+	statsOut  logx.Outage
 }
 
 // NewRelay builds a relay. m and log may be nil.
@@ -91,7 +93,8 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg Config, m *metrics.Metrics,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1)}
+	return &Relay{pool: pool, pub: pub, cfg: cfg.withDefaults(), m: m, log: log, wake: make(chan struct{}, 1),
+		statsOut: logx.Outage{Log: log, What: "outbox stats", Level: slog.LevelWarn}}
 }
 
 // Wake makes the relay run a pass now (or right after the one under way).
@@ -116,6 +119,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	// At least one try a second (the Reconnect cap), logged once per outage.
 	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}}
 	out := logx.Outage{Log: r.log, What: "outbox relay", Level: slog.LevelWarn}
+	cleanupOut := logx.Outage{Log: r.log, What: "outbox retention", Level: slog.LevelWarn}
+	// Set while the broker refuses: a pass that publishes nothing (the failed rows wait
+	// their backoff) proves the database, not the broker, so only a publish ends it.
+	brokerDown := false
 	for ctx.Err() == nil {
 		n, err := r.RelayOnce(ctx)
 		// A pass that drained the backlog refreshes the gauges at once, so that they show
@@ -123,14 +130,20 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.refreshGauges(ctx, err == nil && n > 0 && n < r.cfg.BatchSize)
 		if time.Since(lastCleanup) >= r.cfg.CleanupInterval {
 			lastCleanup = time.Now()
-			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
-				r.log.Error("outbox retention pass failed", "error", err)
+			// A transient outage, logged once at WARN: the next pass deletes what this one
+			// did not.
+			switch _, err := r.Cleanup(ctx); {
+			case err != nil && ctx.Err() == nil:
+				cleanupOut.Fail("outbox retention pass failed; trying again at the next pass", err)
+			case err == nil:
+				cleanupOut.Recovered("outbox retention works again")
 			}
 		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			brokerDown = errors.As(err, new(*publishError))
 			out.Fail("outbox relay pass failed; retrying at least every second, logged once per outage", err)
 			if journal.IsLicenseThrottled(err) {
 				// CockroachDB's license throttle counts open transactions: asking every
@@ -147,7 +160,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		bo.Reset()
-		out.Recovered("outbox relay works again")
+		if !brokerDown || n > 0 {
+			brokerDown = false
+			out.Recovered("outbox relay works again")
+		}
 		if n >= r.cfg.BatchSize {
 			continue // more may be waiting
 		}
@@ -160,6 +176,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// publishError is a pass's first failed publish: the broker refused or was away.
+type publishError struct{ err error }
+
+func (e *publishError) Error() string { return "publishing: " + e.err.Error() }
+func (e *publishError) Unwrap() error { return e.err }
 
 type claimed struct {
 	id, destination string
@@ -219,11 +241,13 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	detached, undetach := lifecycle.Detach(ctx) // bounded by the shutdown budget too
+	defer undetach()
+	dctx, dcancel := context.WithTimeout(detached, 10*time.Second)
 	defer dcancel()
 	var errs []error
 	if first != nil && ctx.Err() == nil {
-		errs = append(errs, first)
+		errs = append(errs, &publishError{err: first})
 	}
 	if _, err := r.pool.Exec(dctx, sqlSettle, ids, outcomes, delays, reasons); err != nil {
 		errs = append(errs, fmt.Errorf("recording the outcome of %d outbox rows (%d sent will be sent again; the others wait for their lease): %w", n, sent, err))
@@ -427,10 +451,11 @@ func (r *Relay) refreshGauges(ctx context.Context, force bool) {
 	st, err := ReadStats(ctx, r.pool)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("reading outbox stats", "error", err)
+			r.statsOut.Fail("reading outbox stats failed; the gauges keep their last values", err)
 		}
 		return
 	}
+	r.statsOut.Recovered("reading outbox stats works again")
 	r.m.OutboxUnsent.Set(float64(st.Unsent))
 	r.m.OutboxOldestAge.Set(st.OldestUnsentAge().Seconds())
 }

@@ -35,7 +35,7 @@ const pushFailed = "sending the NOTIFY of push failed; retrying quietly until it
 // NewPush builds the push on the engine: it sends NOTIFY on db, and listens on n (the
 // process's one LISTEN connection; nil: it only sends).
 func NewPush(e *Engine, db database.DB, n *notifier.Notifier) *Push {
-	return &Push{e: e, db: db, n: n, send: make(chan struct{}, 1), out: logx.Outage{Log: e.log, What: "NOTIFY push", Level: slog.LevelError}}
+	return &Push{e: e, db: db, n: n, send: make(chan struct{}, 1), out: logx.Outage{Log: e.log, What: "NOTIFY push", Level: slog.LevelWarn}}
 }
 
 // Notify kicks this instance's workers at once and has every instance's kicked by a

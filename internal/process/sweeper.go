@@ -10,6 +10,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/logx"
 )
 
@@ -77,12 +78,13 @@ type Pass struct {
 // ctx ends, Run starts nothing new, gives work under way StopTimeout to finish, then
 // cancels it, and returns nil.
 func (s *Sweeper) Run(ctx context.Context) error {
-	// Work is not cancelled with ctx: it gets StopTimeout to finish first.
-	wctx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	// Work is not cancelled with ctx: it gets StopTimeout to finish first (and never
+	// more than the shutdown budget, lifecycle.Detach).
+	wctx, cancelWork := lifecycle.Detach(ctx)
 	defer cancelWork()
 	var (
 		wg  sync.WaitGroup
-		out = logx.Outage{Log: s.e.log, What: "processing", Level: slog.LevelError}
+		out = logx.Outage{Log: s.e.log, What: "processing", Level: slog.LevelWarn}
 	)
 	for range s.e.cfg.Concurrency {
 		wg.Add(1)
@@ -93,12 +95,13 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(max(s.cfg.Interval, time.Second))
 	defer t.Stop()
+	repairOut := logx.Outage{Log: s.e.log, What: "head repair", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
 		if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
 			s.e.m.Dead.Set(float64(dead))
 		}
 		_ = s.refreshParked(ctx)
-		s.repairHeads(ctx)
+		s.repairHeads(ctx, &repairOut)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
@@ -230,12 +233,15 @@ func (s *Sweeper) refreshParked(ctx context.Context) error {
 
 // repairHeads recomputes stale aggregate heads at the front of the due ones (see
 // journal.RepairStaleHeads): a safety net, logged when it finds any.
-func (s *Sweeper) repairHeads(ctx context.Context) {
+func (s *Sweeper) repairHeads(ctx context.Context, out *logx.Outage) {
 	n, err := journal.RepairStaleHeads(ctx, s.e.cfg.Dialect.TxPool(s.e.db), 4*s.cfg.BatchSize)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		s.e.log.Warn("repairing aggregate heads failed", "error", err)
-	case n > 0:
-		s.e.log.Warn("repaired stale aggregate heads", "aggregates", n)
+		out.Fail("repairing aggregate heads failed; trying again at the next tick", err)
+	case err == nil:
+		out.Recovered("repairing aggregate heads works again")
+		if n > 0 {
+			s.e.log.Warn("repaired stale aggregate heads", "aggregates", n)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 )
 
 // The pause between two full batches (defaults.RetentionPause) bounds the rate at which
@@ -68,15 +69,19 @@ func (p *Pruner) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
+	out := logx.Outage{Log: p.log, What: "retention", Level: slog.LevelWarn} // once per outage, not per pass
 	for {
 		st, err := p.Pass(ctx)
 		switch {
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
-			p.log.WarnContext(ctx, "retention pass failed; retrying at the next interval", "err", err)
-		case st.Journal > 0 || st.Quarantine > 0:
-			p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine)
+			out.Fail("retention pass failed; retrying at the next interval", err)
+		default:
+			out.Recovered("retention works again")
+			if st.Journal > 0 || st.Quarantine > 0 {
+				p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine)
+			}
 		}
 		if p.passDone != nil {
 			p.passDone(st)

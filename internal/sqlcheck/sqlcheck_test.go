@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/cockroachdb-parser/pkg/sql/parser"
+
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/schema"
@@ -23,14 +25,15 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
 	"internal/journal/lockHeads":      builtPrefix("ClaimHeads/"),
 	// SET LOCAL statement_timeout = <milliseconds>, on every processing transaction.
-	"internal/process/setTimeouts": one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
-	"internal/feed/create":         feedCreates,
-	"internal/feed/Pause":          one("PauseJobSQL", feed.PauseJobSQL(1234)),
-	"internal/feed/Resume":         one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
-	"internal/feed/Cancel":         one("CancelJobSQL", feed.CancelJobSQL(1234)),
-	"internal/feed/EnableTTL":      feedBuildTTL,
-	"internal/feed/ApplyRetention": feedTTL,
-	"schema/migrateOnce":           nil, // the migrations, checked as their own group
+	"internal/process/setTimeouts":   one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
+	"internal/feed/create":           feedCreates,
+	"internal/feed/Pause":            one("PauseJobSQL", feed.PauseJobSQL(1234)),
+	"internal/feed/Resume":           one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
+	"internal/feed/Cancel":           one("CancelJobSQL", feed.CancelJobSQL(1234)),
+	"internal/feed/EnableTTL":        feedBuildTTL,
+	"internal/feed/ApplyRetention":   feedTTL,
+	"internal/feed/RetentionInForce": feedTTL,
+	"schema/migrateLocked":           nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
@@ -83,6 +86,7 @@ func feedCreates() []journal.Statement {
 // pgOnlySites send statements CockroachDB does not have, and only to PostgreSQL: the
 // code checks the database first. Each is named with the reason.
 var pgOnlySites = map[string]string{
+	"schema/withLock":          "pg_advisory_lock/unlock: the migration lock on PostgreSQL; on CockroachDB withLock takes the lease row instead (withLease, whose statements are checked)",
 	"internal/notifier/listen": "LISTEN/UNLISTEN: the notifier runs on PostgreSQL only (the client starts it only there, and it refuses CockroachDB, whose changefeeds wake push and the relay)",
 }
 
@@ -92,7 +96,8 @@ func one(name, sql string) func() []journal.Statement {
 
 func feedTTL() []journal.Statement {
 	var out []journal.Statement
-	for _, r := range []feed.Retention{{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, {}} {
+	// The defaults, none, and an embedder's own (Config.Retention, QuarantineRetention).
+	for _, r := range []feed.Retention{{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, {}, {Journal: 72 * time.Hour, Quarantine: 14 * 24 * time.Hour}} {
 		stmts, err := feed.RetentionStatements(r)
 		if err != nil {
 			panic(err)
@@ -101,7 +106,9 @@ func feedTTL() []journal.Statement {
 			out = append(out, journal.Statement{Name: "RetentionStatements", SQL: st})
 		}
 	}
-	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"})
+	// ApplyRetention and RetentionInForce (Run's check) read the definitions with it.
+	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"},
+		journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE quarantine]"})
 }
 
 func feedBuildTTL() []journal.Statement {
@@ -281,6 +288,20 @@ func TestEveryStatementOnCockroachDB(t *testing.T) {
 		total.Statements, total.Expressions, total.Placeholders, b.String())
 	if total.Statements < 50 {
 		t.Errorf("only %d statements found: the harvest is broken", total.Statements)
+	}
+}
+
+// The grants "inboxd migrate -print-grants" prints parse on CockroachDB: the runtime
+// role's, and those changefeed create needs.
+func TestGrantsOnCockroachDB(t *testing.T) {
+	grants, err := schema.Grants("inboxd_app", "customers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range append(grants, schema.ChangefeedGrants("inboxd_app")...) {
+		if _, err := parser.Parse(g); err != nil {
+			t.Errorf("CockroachDB refuses %q: %v", g, err)
+		}
 	}
 }
 

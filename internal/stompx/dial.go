@@ -23,10 +23,20 @@ var ErrUnavailable = errors.New("stomp broker unavailable")
 
 // Defaults for Config's zero values.
 const (
-	DefaultHeartBeat       = defaults.StompHeartBeat
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultReceiptTimeout  = 10 * time.Second
-	heartBeatGraceMultiple = 2.0 // ActiveMQ's beats can arrive ~2x apart
+	DefaultHeartBeat      = defaults.StompHeartBeat
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultReceiptTimeout = 10 * time.Second
+	// The broker is asked to beat every half interval, and a connection silent for 1.5
+	// intervals is dropped: within the two intervals STOMP 1.2 heart-beating allows
+	// (https://stomp.github.io/stomp-specification-1.2.html#Heart-beating). ActiveMQ's
+	// beats can arrive up to twice their interval apart (its inactivity monitor writes a
+	// beat only when a check finds nothing written since the one before), so the read
+	// timeout is 1.5 times the widest gap a live broker leaves. go-stomp's read timer is
+	// (the broker's interval, at least ours, + HeartBeatError) × the grace multiple, and
+	// it sends its own beats HeartBeatError before the interval it promised (go-stomp
+	// v3.1.5 conn.go, Connect and processLoop): with half an interval as HeartBeatError,
+	// (half + half) × 1.5, and inboxd beats twice as often as ActiveMQ expects.
+	heartBeatGraceMultiple = 1.5
 )
 
 // Config says how to reach the broker.
@@ -97,6 +107,24 @@ func (c *Conn) Abort() {
 	// Only the socket: go-stomp's I/O loop then exits and marks the Conn closed itself,
 	// whereas MustDisconnect could wait behind a Send blocked on its receipt.
 	_ = c.raw.Close()
+}
+
+// CloseWithin is Close bounded by d: a broker that does not send the DISCONNECT receipt
+// in time (a blackholed path) is abandoned with Abort. For connections whose every
+// frame that matters had its own receipt, as a Publisher's sends do.
+func (c *Conn) CloseWithin(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Close()
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		c.Abort() // the Close under way then fails at once
+	}
 }
 
 // Close disconnects politely: the DISCONNECT receipt proves that the broker processed
@@ -174,7 +202,8 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 	opts := []func(*stomp.Conn) error{
 		stomp.ConnOpt.AcceptVersion(stomp.V12),
 		stomp.ConnOpt.Host(cfg.Host),
-		stomp.ConnOpt.HeartBeat(hb, hb),
+		stomp.ConnOpt.HeartBeat(hb, hb/2),
+		stomp.ConnOpt.HeartBeatError(hb / 2),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
 		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout),
 		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout),

@@ -273,6 +273,13 @@ func (h *Handler) failed(c echo.Context, err error) error {
 			h.log.Warn("webhook batch refused: Config.MaxBatchesInFlight reached; the sink will redeliver",
 				"max", h.cfg.MaxBatchesInFlight, "similar_not_logged", dropped)
 		}
+	case journal.IsUnavailable(err):
+		// A database outage: transient, and the sink redelivers; logged at most once a
+		// warn interval, not once per batch.
+		if ok, dropped := h.warn.Allow("unavailable"); ok {
+			h.log.Warn("webhook batch not recorded: the database is unavailable; the sink will redeliver",
+				"error", err, "similar_not_logged", dropped)
+		}
 	default:
 		h.log.Error("webhook batch not recorded; the sink will redeliver", "error", err)
 	}

@@ -173,7 +173,7 @@
       btn.textContent = paused ? 'Resume live refresh' : 'Pause live refresh';
       if (!paused) tick();
     });
-    // Neither endpoint reads the whole journal (partial indexes and, above 100,000
+    // Neither endpoint reads the whole journal (partial indexes and, above 10,000
     // entries, the database's estimate of the total); still, the counts refresh every
     // 10 s, the chart every 30 s, and nothing while the tab is hidden.
     let n = 0;
@@ -237,7 +237,7 @@
       for (const s of statuses) {
         const uncounted = st.estimated && s === 'PROCESSED';
         tr.append(el('td', { class: 'num', 'data-type': type, 'data-status': s, text: uncounted ? '—' : fmtNum(st.by_type[type][s] || 0),
-          title: uncounted ? 'not counted by type above 100,000 entries' : null }));
+          title: uncounted ? 'not counted by type above 10,000 entries' : null }));
       }
       return tr;
     });
