@@ -3,7 +3,6 @@ package config
 import (
 	"flag"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -98,18 +97,5 @@ func TestConfig(t *testing.T) {
 				t.Errorf("config not as expected: %+v", c)
 			}
 		})
-	}
-}
-
-// Every setting is documented in the README's configuration table.
-func TestREADMEDocumentsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range settings(&Config{}) {
-		if !strings.Contains(string(readme), "`"+s.env+"`") {
-			t.Errorf("README.md does not document %s", s.env)
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,32 +132,86 @@ func settingFields(t *testing.T) map[string]string {
 	return out
 }
 
-// TestREADMEConfigTable holds the README's configuration table to the flags: every
-// environment variable has a row, with the flag's default.
+var update = flag.Bool("update", false, "rewrite the README's configuration table from the settings")
+
+// The README's configuration table lies between these lines.
+const (
+	tableStart = "<!-- Generated from internal/config's settings: go test ./internal/config -run TestREADMEConfigTable -update -->"
+	tableEnd   = "<!-- End of the generated configuration table. -->"
+)
+
+// readmeTable writes the README's configuration table from the settings: a row per
+// setting (or per group, sharesRowAbove), its default as the flag shows it unless the
+// row states its own.
+func readmeTable(t *testing.T) string {
+	t.Helper()
+	type line struct {
+		envs, defs   []string
+		def, meaning string
+	}
+	var lines []*line
+	for _, s := range settings(&Config{}) {
+		cell := "empty"
+		if s.def != "" {
+			cell = "`" + s.def + "`"
+		}
+		if s.readme == sharesRowAbove {
+			if len(lines) == 0 {
+				t.Fatalf("%s shares the row above, and there is none", s.env)
+			}
+			l := lines[len(lines)-1]
+			l.envs = append(l.envs, s.env)
+			if !slices.Contains(l.defs, cell) {
+				l.defs = append(l.defs, cell)
+			}
+			continue
+		}
+		l := &line{envs: []string{s.env}, defs: []string{cell}, meaning: s.readme}
+		if def, meaning, ok := strings.Cut(s.readme, " | "); ok {
+			l.def, l.meaning = def, meaning
+		}
+		if l.meaning == "" {
+			t.Fatalf("%s: no README text", s.env)
+		}
+		lines = append(lines, l)
+	}
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	for _, l := range lines {
+		def := l.def
+		if def == "" {
+			def = strings.Join(l.defs, ", ")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", strings.Join(l.envs, "`, `"), def, l.meaning)
+	}
+	return b.String()
+}
+
+// TestREADMEConfigTable holds the README's configuration table to the settings, which
+// write it: with -update it rewrites the table, without it fails when they differ.
 func TestREADMEConfigTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	const path = "../../README.md"
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]string{} // env var → default cell
-	for _, line := range strings.Split(string(b), "\n") {
-		cells := strings.Split(line, " | ")
-		if len(cells) < 3 || !strings.HasPrefix(cells[0], "| `INBOXD_") {
-			continue
-		}
-		for _, env := range regexp.MustCompile("INBOXD_[A-Z_]+").FindAllString(cells[0], -1) {
-			rows[env] = cells[1]
-		}
+	readme := string(b)
+	before, rest, ok1 := strings.Cut(readme, tableStart+"\n")
+	_, after, ok2 := strings.Cut(rest, tableEnd)
+	if !ok1 || !ok2 {
+		t.Fatalf("README.md: the configuration table's markers are missing: %q, then %q", tableStart, tableEnd)
 	}
-	for _, s := range settings(&Config{}) {
-		cell, ok := rows[s.env]
-		switch {
-		case !ok:
-			t.Errorf("README: no row for %s", s.env)
-		case s.def == "" && !strings.HasPrefix(cell, "empty"):
-			t.Errorf("README: %s defaults to %q, want empty", s.env, cell)
-		case s.def != "" && s.env != "INBOXD_CONCURRENCY" && !strings.Contains(cell, "`"+s.def+"`"):
-			t.Errorf("README: %s defaults to %q, want `%s`", s.env, cell, s.def)
-		}
+	want := before + tableStart + "\n" + readmeTable(t) + tableEnd + after
+	if want == readme {
+		return
 	}
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the configuration table of %s", path)
+		return
+	}
+	t.Errorf("README.md's configuration table differs from the settings (internal/config); " +
+		"run go test ./internal/config -run TestREADMEConfigTable -update")
 }
