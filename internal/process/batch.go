@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -31,23 +30,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 	if len(items) == 0 {
 		return outcomes, nil
 	}
-	parts := Parts(len(items), e.cfg.Concurrency)
-	byPart := make([][]string, parts)
-	seen := map[string]bool{}
-	for _, it := range items {
-		if seen[it.ID] {
-			continue
-		}
-		seen[it.ID] = true
-		key := it.AggregateID
-		if key == "" {
-			key = it.ID
-		}
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(key))
-		p := int(h.Sum32() % uint32(parts))
-		byPart[p] = append(byPart[p], it.ID)
-	}
+	byPart := split(items, Parts(len(items), e.cfg.Concurrency))
 	var (
 		mu    sync.Mutex
 		outs  = map[string]Outcome{}
@@ -81,10 +64,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 				var n int
 				res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
 					n = min(l, len(ids))
-					chunk := ids[:n]
-					return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
-						return journal.LockBatch(ctx, tx, chunk)
-					}
+					return claimDelivered(ids[:n])
 				})
 				if err != nil {
 					mu.Lock()
@@ -160,19 +140,7 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int,
 // to its next batch.
 func (e *Engine) processDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (batchResult, int, error) {
 	res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
-		aggs := aggregates
-		if aggs != nil {
-			aggs = aggs[:min(l, len(aggs))]
-		}
-		// Picked here, on the pool, before the batch's transaction begins (see
-		// journal.PickHeads); batch calls this again before every try.
-		picked, err := journal.PickHeads(ctx, e.db, grace, l, aggs)
-		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
-			if err != nil {
-				return nil, err
-			}
-			return journal.LockPicked(ctx, tx, picked, grace, l, aggregates == nil)
-		}
+		return e.claimDue(ctx, grace, l, aggregates)
 	})
 	return res, min(l, len(aggregates)), err
 }
@@ -245,10 +213,9 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) cla
 	}
 }
 
-// runBatch is one processing transaction: claim and lock the batch, run each runnable
-// event's handler in its own savepoint in sequence order, record every outcome with one
-// statement, commit once. Events of an aggregate whose earlier event did not complete
-// (in this batch or outside it) are deferred; FAILED events not yet due are left. Any
+// runBatch is one processing transaction, its stages in order: claim and lock the
+// batch (claim), run each runnable event's handler in its own savepoint in sequence
+// order (run), record every outcome with one statement (record), commit once. Any
 // error means nothing of the batch was recorded.
 func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (batchResult, error) {
 	res := batchResult{outs: map[string]Outcome{}}
@@ -282,69 +249,12 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	}
 	sort.SliceStable(heads, func(a, b int) bool { return heads[a].SequenceNo < heads[b].SequenceNo })
 
-	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
-	recs := make([]journal.Outcome, 0, len(heads))
-	herrs := map[string]error{}
-	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	r, err := e.run(ctx, tx, heads, setBased)
+	res.outs = r.outs
 	if err != nil {
 		return res, err
 	}
-	for _, h := range heads {
-		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
-			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
-		var out Outcome
-		switch {
-		case applied[h.ID].ok:
-			out = OutcomeProcessed
-			a := applied[h.ID]
-			recs = append(recs, journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: a.started, Took: a.took, Runs: 1})
-		case h.Blocked || held[h.AggregateID]:
-			out = OutcomeDeferred
-		case h.Status == journal.StatusFailed && !h.Due:
-			out = OutcomeNotDue
-		default:
-			pol := e.policy(ev.Type)
-			started, runs := time.Now(), 1
-			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
-			herr, err := e.runHandler(sctx, tx, ev)
-			// Immediate retries: the same attempt, at once, for flukes. A rejection is
-			// final and a missing handler will not appear in the meantime.
-			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
-				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
-				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
-					"attempt", ev.Attempt, "retry", i+1, "error", herr)
-				herr, err = e.runHandler(sctx, tx, ev)
-				runs++
-			}
-			if err != nil {
-				endEventSpan(span, "", herr, err)
-				var to *timeoutError
-				if errors.As(err, &to) {
-					to.ev = ev
-				}
-				return res, err
-			}
-			out = e.outcome(ev, herr)
-			endEventSpan(span, out, herr, nil)
-			r := journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: started, Took: time.Since(started), Runs: runs}
-			if herr != nil {
-				r.Error = herr.Error()
-				herrs[ev.ID] = herr
-			}
-			if out == OutcomeFailed {
-				r.Backoff = pol.Backoff(ev.Attempt)
-			}
-			recs = append(recs, r)
-		}
-		res.outs[h.ID] = out
-		if !out.completes() {
-			held[h.AggregateID] = true
-		}
-	}
-	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
-		return res, err
-	}
-	next, err := e.settleHeads(ctx, tx, heads, recs)
+	next, err := e.record(ctx, tx, heads, r.recs)
 	if err != nil {
 		return res, err
 	}
@@ -352,14 +262,7 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		return res, fmt.Errorf("committing a processing batch: %w", err)
 	}
 	res.claimed, res.next = heads, next
-	took := time.Since(start).Seconds()
-	for _, h := range heads {
-		out := res.outs[h.ID]
-		typ := e.reg.MetricLabel(h.EventType) // bounded: logs and metrics never carry a payload's made-up type
-		e.m.ProcessSeconds.WithLabelValues(typ).Observe(took)
-		e.m.Processed.WithLabelValues(typ, string(out)).Inc()
-		e.logOutcome(h.ID, typ, h.Attempts+1, out, herrs[h.ID])
-	}
+	e.observe(heads, time.Since(start), r)
 	return res, nil
 }
 

@@ -14,6 +14,16 @@ import (
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
+// record records the outcomes of a batch's events in its transaction (recordOutcomes)
+// and moves their aggregates on to their next heads (settleHeads); it returns the
+// aggregates left with a head that is not parked.
+func (e *Engine) record(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
+	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
+		return nil, err
+	}
+	return e.settleHeads(ctx, tx, heads, recs)
+}
+
 // recordOutcomes records a batch's outcomes in tx with one statement. When the database
 // refuses them for a deterministic reason (not availability), it records them one by
 // one instead, and an outcome refused alone is recorded with a fixed message in place
@@ -148,6 +158,17 @@ func unstorableMessage(err error) string {
 		code = pgErr.Code
 	}
 	return "inboxd: the outcome of this attempt could not be stored (SQLSTATE " + code + "); the handler's error is in inboxd's log"
+}
+
+// observe counts and logs the outcomes of a batch that committed after took.
+func (e *Engine) observe(heads []journal.Head, took time.Duration, r ran) {
+	for _, h := range heads {
+		out := r.outs[h.ID]
+		typ := e.reg.MetricLabel(h.EventType) // bounded: logs and metrics never carry a payload's made-up type
+		e.m.ProcessSeconds.WithLabelValues(typ).Observe(took.Seconds())
+		e.m.Processed.WithLabelValues(typ, string(out)).Inc()
+		e.logOutcome(h.ID, typ, h.Attempts+1, out, r.herrs[h.ID])
+	}
 }
 
 func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {

@@ -15,6 +15,81 @@ import (
 	"github.com/inboxd/inboxd/internal/tracing"
 )
 
+// ran is what the run stage did with a batch: each head's outcome, and for each event
+// that ran, what to record and its handler's error.
+type ran struct {
+	outs  map[string]Outcome // by event id
+	recs  []journal.Outcome  // in sequence order
+	herrs map[string]error   // by event id
+}
+
+// run runs the claimed heads, in sequence order, in tx: first the set-based calls
+// (runSetBased), then each other runnable event's handler in its own savepoint, with
+// its immediate retries. Events of an aggregate whose earlier event did not complete
+// (in this batch or outside it) are deferred; FAILED events not yet due are left. An
+// error means tx can record nothing; r.outs then holds the outcomes so far.
+func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBased bool) (ran, error) {
+	r := ran{outs: map[string]Outcome{}, recs: make([]journal.Outcome, 0, len(heads)), herrs: map[string]error{}}
+	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
+	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	if err != nil {
+		return r, err
+	}
+	for _, h := range heads {
+		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
+			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
+		var out Outcome
+		switch {
+		case applied[h.ID].ok:
+			out = OutcomeProcessed
+			a := applied[h.ID]
+			r.recs = append(r.recs, journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: a.started, Took: a.took, Runs: 1})
+		case h.Blocked || held[h.AggregateID]:
+			out = OutcomeDeferred
+		case h.Status == journal.StatusFailed && !h.Due:
+			out = OutcomeNotDue
+		default:
+			pol := e.policy(ev.Type)
+			started, runs := time.Now(), 1
+			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
+			herr, err := e.runHandler(sctx, tx, ev)
+			// Immediate retries: the same attempt, at once, for flukes. A rejection is
+			// final and a missing handler will not appear in the meantime.
+			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
+				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
+				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
+					"attempt", ev.Attempt, "retry", i+1, "error", herr)
+				herr, err = e.runHandler(sctx, tx, ev)
+				runs++
+			}
+			if err != nil {
+				endEventSpan(span, "", herr, err)
+				var to *timeoutError
+				if errors.As(err, &to) {
+					to.ev = ev
+				}
+				return r, err
+			}
+			out = e.outcome(ev, herr)
+			endEventSpan(span, out, herr, nil)
+			rec := journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: started, Took: time.Since(started), Runs: runs}
+			if herr != nil {
+				rec.Error = herr.Error()
+				r.herrs[ev.ID] = herr
+			}
+			if out == OutcomeFailed {
+				rec.Backoff = pol.Backoff(ev.Attempt)
+			}
+			r.recs = append(r.recs, rec)
+		}
+		r.outs[h.ID] = out
+		if !out.completes() {
+			held[h.AggregateID] = true
+		}
+	}
+	return r, nil
+}
+
 // runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
 // are ready to run at once (due, no pending predecessor, the first of their aggregate in
 // the batch), one call per event type with at least two of them. It returns the events
