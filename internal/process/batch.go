@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/database"
@@ -30,26 +29,53 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 	if len(items) == 0 {
 		return outcomes, nil
 	}
-	byPart := split(items, Parts(len(items), e.cfg.Concurrency))
+	d, err := e.runParts(ctx, split(items, Parts(len(items), e.cfg.Concurrency)))
+	if err != nil {
+		return outcomes, err
+	}
+	outs := d.outs
+	if err := e.chain(ctx, d.moving(items), outs); err != nil {
+		return outcomes, err
+	}
+	for i, it := range items {
+		if o, ok := outs[it.ID]; ok {
+			outcomes[i] = o
+		} else {
+			outcomes[i] = OutcomeNoop // not pending: a duplicate delivery, or unknown
+			e.m.Processed.WithLabelValues(OtherType, string(OutcomeNoop)).Inc()
+		}
+	}
+	return outcomes, nil
+}
+
+// delivered is what the batches of a delivery did.
+type delivered struct {
+	outs  map[string]Outcome // by event id
+	aggOf map[string]string  // the aggregate of each claimed event
+	next  map[string]bool    // aggregates a batch left with a head not parked
+}
+
+// runParts runs the parts of a delivery in parallel, each in transactions of up to
+// BatchSize events (batch), and merges what they did. The error joins those of the
+// parts that failed.
+func (e *Engine) runParts(ctx context.Context, byPart [][]string) (delivered, error) {
+	d := delivered{outs: map[string]Outcome{}, aggOf: map[string]string{}, next: map[string]bool{}}
 	var (
-		mu    sync.Mutex
-		outs  = map[string]Outcome{}
-		aggOf = map[string]string{}
-		next  = map[string]bool{} // aggregates a batch left with a head not parked
-		errs  []error
-		wg    sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
 	)
 	merge := func(res batchResult) {
 		mu.Lock()
 		defer mu.Unlock()
 		for id, out := range res.outs {
-			outs[id] = out
+			d.outs[id] = out
 		}
 		for agg := range res.next {
-			next[agg] = true
+			d.next[agg] = true
 		}
 		for _, h := range res.claimed {
-			aggOf[h.ID] = h.AggregateID
+			d.aggOf[h.ID] = h.AggregateID
 		}
 	}
 	for _, ids := range byPart {
@@ -78,41 +104,7 @@ func (e *Engine) ProcessBatch(ctx context.Context, items []Item) ([]Outcome, err
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return outcomes, err
-	}
-	// Move on the aggregates whose delivered events completed. A no-op counts too: the
-	// event was completed elsewhere, but whoever did may have failed to go on to its
-	// successors (database lost right after the commit). Any delivery thus drives its
-	// aggregate forward.
-	moving := map[string]bool{}
-	for _, it := range items {
-		if _, pending := outs[it.ID]; !pending && it.AggregateID != "" {
-			moving[it.AggregateID] = true
-		}
-	}
-	for id, o := range outs {
-		if o.completes() && next[aggOf[id]] {
-			moving[aggOf[id]] = true
-		}
-	}
-	for id, o := range outs {
-		if o == OutcomeFailed || o == OutcomeNotDue {
-			delete(moving, aggOf[id]) // its retry is the sweeper's, after the backoff
-		}
-	}
-	if err := e.chain(ctx, moving, outs); err != nil {
-		return outcomes, err
-	}
-	for i, it := range items {
-		if o, ok := outs[it.ID]; ok {
-			outcomes[i] = o
-		} else {
-			outcomes[i] = OutcomeNoop // not pending: a duplicate delivery, or unknown
-			e.m.Processed.WithLabelValues(OtherType, string(OutcomeNoop)).Inc()
-		}
-	}
-	return outcomes, nil
+	return d, errors.Join(errs...)
 }
 
 // Process processes one event, then the successors of its aggregate it unblocked.
@@ -300,11 +292,6 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	return nil
-}
-
-// executeTx is journal.ExecuteTx: crdbpgx.ExecuteTx with a failed COMMIT reported.
-func executeTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	return journal.ExecuteTx(ctx, db, opts, fn)
 }
 
 // isRetryable reports a transaction conflict the whole transaction must be retried on

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -147,6 +148,11 @@ func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec j
 		return err
 	})
 	return got, err
+}
+
+// executeTx is journal.ExecuteTx: crdbpgx.ExecuteTx with a failed COMMIT reported.
+func executeTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	return journal.ExecuteTx(ctx, db, opts, fn)
 }
 
 // unstorableMessage is what last_error says when the handler's text was refused: fixed
