@@ -90,11 +90,6 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 	return r, nil
 }
 
-// runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
-// are ready to run at once (due, no pending predecessor, the first of their aggregate in
-// the batch), one call per event type with at least two of them. It returns the events
-// it applied; the others (and every event of a call that did not apply all of them
-// cleanly, which is rolled back) are left to the per-event path.
 // setRun is an event applied by a set-based call, and when and how long the call ran.
 type setRun struct {
 	ok      bool
@@ -102,6 +97,11 @@ type setRun struct {
 	took    time.Duration
 }
 
+// runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
+// are ready to run at once (due, no pending predecessor, the first of their aggregate in
+// the batch), one call per event type with at least two of them. It returns the events
+// it applied; the others (and every event of a call that did not apply all of them
+// cleanly, which is rolled back) are left to the per-event path.
 func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]setRun, error) {
 	applied := map[string]setRun{}
 	if !enabled {
