@@ -38,11 +38,11 @@ test: services browser
 	for m in $(SUBMODS); do CI=$${CI:-true} $(GO) -C $$m test $(TESTFLAGS) ./... || exit 1; done
 	$(MAKE) test-crdb-profile
 
-# The CockroachDB-faithful profile: the processing, journal, ingest and webhook tests
+# The CockroachDB-faithful profile: the processing, journal, ingest, webhook and migration tests
 # again as on CockroachDB, with SERIALIZABLE as the test databases' default isolation
 # (testenv.Serializable) and its 16 MiB client-message limit in front of PostgreSQL
 # (testenv.LimitProxy), both at once.
-CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./internal/webhook/...
+CRDB_PROFILE_PKGS := ./internal/journal/ ./internal/ingest/ ./internal/process/... ./internal/webhook/... ./schema/
 test-crdb-profile: services
 	INBOXD_TEST_DEFAULT_ISOLATION=serializable INBOXD_TEST_MESSAGE_LIMIT=16777216 CI=$${CI:-true} \
 		$(GO) test $(TESTFLAGS) $(CRDB_PROFILE_PKGS)

@@ -202,7 +202,7 @@ func TestMainServesThroughClient(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	addr := testenv.FreeAddr(t)
-	args := []string{"serve", "-demo", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),
+	args := []string{"serve", "-demo", "-migrate", "auto", "-database-url", db.URL, "-stomp-addr", testenv.Broker(t),
 		"-destination", testenv.Queue(t), "-http-addr", addr, "-webhook-addr", "", "-cert-dir", t.TempDir(),
 		"-sweep-interval", "50ms", "-log-level", "warn"}
 	stop := startMain(t, args, nil)

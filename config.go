@@ -228,6 +228,14 @@ type Config struct {
 	// while work waits before /readyz reports them stuck (INBOXD_STALL_AFTER). Defaults
 	// to 1m.
 	StallAfter time.Duration
+
+	// MigrateAtStart makes Run apply inboxd's pending migrations when it starts, under the
+	// migration lock, which needs the schema owner's rights (DDL) (INBOXD_MIGRATE=auto).
+	// Defaults to false: Run changes no schema and only checks that the database's is one
+	// this release serves (behind, or ahead by migrations that contract it, is refused),
+	// so that a role with SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first
+	// with Migrate or "inboxd migrate".
+	MigrateAtStart bool
 }
 
 // MaxBatchSize is the largest BatchSize: one ingest batch numbers its rows inside one

@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/inboxd/inboxd/schema"
 )
 
 // assembly is what a Run builds its parts from: the Client's settings and state.
@@ -42,6 +43,22 @@ type assembly struct {
 	reg  *process.Registry
 	m    *metrics.Metrics
 	tp   trace.TracerProvider
+}
+
+// schema migrates the database when the Config says so (MigrateAtStart), and otherwise
+// only checks, without DDL, that its schema is one this release serves.
+func (c assembly) schema(ctx context.Context) error {
+	if !c.cfg.MigrateAtStart {
+		return schema.Check(ctx, c.pool)
+	}
+	applied, err := schema.Migrate(ctx, c.pool)
+	for _, name := range applied {
+		c.log.Info("applied migration", "name", name)
+	}
+	if err != nil {
+		return fmt.Errorf("migrating at start: %w", err)
+	}
+	return nil
 }
 
 // run assembles the parts from the configuration and runs them in three stages, which
@@ -59,6 +76,9 @@ func (c assembly) run(ctx context.Context) error {
 	}
 	dialect, err := database.Detect(ctx, c.pool)
 	if err != nil {
+		return err
+	}
+	if err := c.schema(ctx); err != nil {
 		return err
 	}
 	cfg = cfg.withWebhook(dialect)

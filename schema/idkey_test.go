@@ -27,33 +27,7 @@ func TestMigration0013KeepsExistingJournal(t *testing.T) {
 	pool := db.OpenPool(t, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["search_path"] = "before0013"
 	})
-	migs, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE schema_migrations (version INT PRIMARY KEY, name TEXT NOT NULL,
-		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migs {
-		if m.Version >= 13 {
-			continue
-		}
-		stmts, err := schema.Statements(m.SQL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range stmts {
-			if st.RunsOn(schema.PostgreSQL) {
-				if _, err := pool.Exec(ctx, st.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-			}
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.MigrateBefore(t, pool, 13)
 	const old = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"
 	oldBody := `{"id":"6F1C1F0E-1C3A-4C55-9A65-8B7E2D1F0A01","type":"t"}`
 	// Written as the old ingest did: the id computed by the database.

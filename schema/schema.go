@@ -1,7 +1,15 @@
 // Package schema holds inboxd's numbered SQL migrations and applies them.
 //
 // Every migration runs on PostgreSQL 15 and CockroachDB alike, and is written with
-// IF NOT EXISTS so that applying it twice, or from two processes at once, is harmless.
+// IF NOT EXISTS so that applying it twice (after a crash before it was recorded) is
+// harmless. Migrate applies them under one lock; Check reads, without DDL, whether a
+// database's schema is the one this release serves.
+//
+// The expand-only rule: a migration numbered after the last release's (RELEASES) adds
+// tables, nullable or defaulted columns and indexes only, so that the previous release
+// keeps running on the new schema during a rolling upgrade. A release that must drop,
+// rename or retype something says so in CHANGELOG.md, and its migration carries
+// "-- inboxd:contract" (TestMigrationsExpandOnly holds both).
 package schema
 
 import (
@@ -10,14 +18,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 //go:embed *.sql
@@ -28,7 +36,24 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// Contracts is set by a "-- inboxd:contract" line: the migration drops, renames or
+	// retypes something, so the releases before it no longer run on its schema. After
+	// ExpandOnlyFrom only a release that says it contracts may hold one
+	// (TestMigrationsExpandOnly).
+	Contracts bool
+	// ServesFrom is the oldest schema a release must know for the database to still
+	// serve it once this migration is applied: this migration's own version if it (or
+	// any before ExpandOnlyFrom) contracts, else the ServesFrom of the one before. It is
+	// recorded in schema_migrations, so that a release that finds migrations it does not
+	// know can tell whether they only expanded what it knows (Check).
+	ServesFrom int
 }
+
+// ExpandOnlyFrom is the first migration under the expand-only rule: from it on,
+// migrations add tables, columns and indexes only, unless marked "-- inboxd:contract"
+// in a release that says it contracts. The ones before it (up to the pre-release
+// baseline, RELEASES) count as contracting.
+const ExpandOnlyFrom = 17
 
 // Migrations returns the embedded migrations in version order.
 func Migrations() ([]Migration, error) {
@@ -47,86 +72,79 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading migration %q: %w", name, err)
 		}
-		out = append(out, Migration{Version: v, Name: name, SQL: string(body)})
+		contracts := v < ExpandOnlyFrom
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.TrimSpace(line) == contractDirective {
+				contracts = true
+			}
+		}
+		out = append(out, Migration{Version: v, Name: name, SQL: string(body), Contracts: contracts})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i := 1; i < len(out); i++ {
-		if out[i].Version == out[i-1].Version {
+	for i := range out {
+		if i > 0 && out[i].Version == out[i-1].Version {
 			return nil, fmt.Errorf("migrations %q and %q share version %d", out[i-1].Name, out[i].Name, out[i].Version)
+		}
+		if out[i].Contracts || i == 0 {
+			out[i].ServesFrom = out[i].Version
+		} else {
+			out[i].ServesFrom = out[i-1].ServesFrom
 		}
 	}
 	return out, nil
 }
 
 // Migrate applies every migration not yet recorded in schema_migrations and returns
-// the names of those it applied. Processes that start together may call it together:
-// PostgreSQL's IF NOT EXISTS is not atomic against another session creating the same
-// object, so a pass that collides with another one is run again (every statement is
-// idempotent), a few times at most.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
-	var all []string
-	for attempt := 1; ; attempt++ {
-		done, err := migrateOnce(ctx, pool)
-		all = append(all, done...)
-		if err == nil || attempt == collisionAttempts || !collided(err) {
-			return all, err
+// the names of those it applied. It holds the migration lock (see lock) from before it
+// reads schema_migrations until it has run also, the caller's own schema steps (the
+// demo's table), so that of processes that start together exactly one applies each
+// migration and the others find it recorded. Every step runs on the lock's connection.
+//
+// It needs the owner's rights (DDL); a runtime role without them runs Check instead.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Context, database.DB) error) ([]string, error) {
+	var done []string
+	err := withLock(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var err error
+		if done, err = migrateLocked(ctx, conn); err != nil {
+			return err
 		}
-		// Jittered, so that the colliding processes fall out of step.
-		t := time.NewTimer(time.Duration(attempt) * time.Duration(10+rand.IntN(40)) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return all, err
-		case <-t.C:
+		for _, step := range also {
+			if err := step(ctx, conn); err != nil {
+				return err
+			}
 		}
-	}
+		return nil
+	})
+	return done, err
 }
 
-// collisionAttempts bounds Migrate's passes when migrations collide.
-const collisionAttempts = 10
-
-// collided reports whether err is another session creating the same object at the same
-// moment: a unique violation in a catalog, a duplicate object, or (CockroachDB) a
-// retryable conflict.
-func collided(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "23505", "42P07", "42P06", "42710", "42723", "40001":
-		return true
-	}
-	return false
-}
-
-// migrateOnce is one pass over the migrations not yet recorded.
-func migrateOnce(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+// migrateLocked applies the migrations not yet recorded, on conn, which holds the
+// migration lock.
+func migrateLocked(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
 	migrations, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INT         PRIMARY KEY,
 		name       TEXT        NOT NULL,
 		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("creating schema_migrations: %w", err)
 	}
-	applied := map[int]bool{}
-	rows, err := pool.Query(ctx, `SELECT version FROM schema_migrations`)
+	// serves_from (see Migration.ServesFrom) is added after the table, so that releases
+	// before it, which insert only version and name, keep working beside this one.
+	if _, err := conn.Exec(ctx, `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS serves_from INT`); err != nil {
+		return nil, fmt.Errorf("adding schema_migrations.serves_from: %w", err)
+	}
+	recorded, err := readApplied(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("reading schema_migrations: %w", err)
+		return nil, err
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, fmt.Errorf("reading schema_migrations: %w", err)
-		}
-		applied[v] = true
+	applied := map[int]bool{}
+	for _, r := range recorded {
+		applied[r.version] = true
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading schema_migrations: %w", err)
-	}
+	pool := conn
 	var done []string
 	var db string // the dialect, detected when a statement needs it
 	for _, m := range migrations {
@@ -155,14 +173,17 @@ func migrateOnce(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 				return done, fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)
-			ON CONFLICT (version) DO NOTHING`, m.Version, m.Name); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, serves_from) VALUES ($1, $2, $3::INT)
+			ON CONFLICT (version) DO NOTHING`, m.Version, m.Name, m.ServesFrom); err != nil {
 			return done, fmt.Errorf("recording migration %s: %w", m.Name, err)
 		}
 		done = append(done, m.Name)
 	}
 	return done, nil
 }
+
+// contractDirective marks a contracting migration (Migration.Contracts).
+const contractDirective = "-- inboxd:contract"
 
 // Dialects a statement may be limited to (see Statement.Only).
 const (
@@ -175,6 +196,8 @@ const (
 //
 //	-- inboxd:only postgresql|cockroachdb   run it on that database only
 //	-- inboxd:done-if SQLSTATE              that error means the statement's work is done
+//
+// (and, anywhere in the file, "-- inboxd:contract": see Migration.Contracts).
 //
 // Both are for the rare change the two databases spell differently; keep such
 // statements small and in pairs.
@@ -204,6 +227,7 @@ func Statements(sql string) ([]Statement, error) {
 				next.Only = val
 			case key == "done-if" && len(val) == 5:
 				next.DoneIf = val
+			case trimmed == contractDirective: // the whole migration's (Migration.Contracts)
 			default:
 				return nil, fmt.Errorf("line %d: unknown directive %q", n+1, trimmed)
 			}
@@ -229,7 +253,7 @@ func Statements(sql string) ([]Statement, error) {
 }
 
 // dialect is the database's dialect, from version(): CockroachDB says so.
-func dialect(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+func dialect(ctx context.Context, pool database.DB) (string, error) {
 	var v string
 	if err := pool.QueryRow(ctx, `SELECT version()`).Scan(&v); err != nil {
 		return "", fmt.Errorf("detecting the database: %w", err)

@@ -10,6 +10,7 @@ run=$(date +%s)
 export INBOXD_DATABASE_URL="postgres://postgres@127.0.0.1:5432/inboxd_verify_$run?sslmode=disable"
 export INBOXD_DESTINATION="/queue/inboxd.verify.$run"
 export INBOXD_HTTP_ADDR=127.0.0.1:0 INBOXD_WEBHOOK_ADDR=
+export INBOXD_MIGRATE=auto # a fresh database, created and migrated by serve
 # Ingest only: keep the sweeper off the fresh rows so the check sees ingest alone.
 export INBOXD_SWEEP_GRACE=1h
 log=$(mktemp)

@@ -177,7 +177,7 @@ func TestChaos(t *testing.T) {
 	for i := range instances {
 		in := &instance{name: fmt.Sprintf("inboxd-%c", 'a'+i), bin: bin, logDir: work, httpAddr: testenv.FreeAddr(t)}
 		in.env = []string{
-			"INBOXD_DEMO=true", "INBOXD_DATABASE_URL=" + pg.URL, "INBOXD_STOMP_ADDR=" + broker.Addr, "INBOXD_DESTINATION=" + queue,
+			"INBOXD_DEMO=true", "INBOXD_MIGRATE=auto", "INBOXD_DATABASE_URL=" + pg.URL, "INBOXD_STOMP_ADDR=" + broker.Addr, "INBOXD_DESTINATION=" + queue,
 			"INBOXD_HTTP_ADDR=" + in.httpAddr, "INBOXD_WEBHOOK_ADDR=", "INBOXD_SHUTDOWN_TIMEOUT=10s",
 			"INBOXD_CERT_DIR=" + filepath.Join(work, "certs"), "INBOXD_LOG_LEVEL=info",
 		}

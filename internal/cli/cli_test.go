@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inboxd/inboxd/internal/buildinfo"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/schema"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -31,6 +34,7 @@ func TestCommandLine(t *testing.T) {
 		wantOut  string // in stdout or stderr
 	}{
 		{"help lists commands", []string{"help"}, 0, "changefeed"},
+		{"version", []string{"version"}, 0, "inboxd " + buildinfo.Release + " (revision "},
 		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"bad flag", []string{"migrate", "-no-such-flag"}, 2, "flag provided but not defined"},
 		{"invalid config", []string{"serve", "-ack-mode", "auto"}, 1, "ack-mode"},
@@ -74,6 +78,56 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 }
 
+// serve changes no schema unless INBOXD_MIGRATE=auto: on an empty database it exits at
+// once, naming the missing migrations and inboxd migrate, and creates nothing; with
+// -demo and no customers table it names inboxd migrate -demo. Before issue 27 it
+// migrated, which a role without DDL rights could not.
+func TestServeRefusesASchemaBehind(t *testing.T) {
+	db := testenv.NewDBWith(t, testenv.DBOptions{Empty: true})
+	migrated := testenv.NewDB(t) // inboxd's schema, not the demo's table
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "-database-url", db.URL, "-http-addr", ""}, "migrations 0001_journal.sql, 0002_customers.sql, "},
+		{[]string{"serve", "-database-url", db.URL, "-demo"}, `run "inboxd migrate"`},
+		{[]string{"serve", "-database-url", migrated.URL, "-demo"}, "inboxd migrate -demo"},
+	} {
+		code, out, errOut := run(t, tt.args...)
+		if code != 1 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: exit %d, %q %q; want 1 and %q", tt.args, code, out, errOut, tt.want)
+		}
+	}
+	var n int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("serve created %d tables (%v), want none", n, err)
+	}
+}
+
+// migrate -print-grants prints, without a database, the DML-only grants of a runtime
+// role (TestRuntimeRoleNeedsOnlyDML applies them), the demo's table with -demo, and
+// what changefeed create needs on CockroachDB, commented out.
+func TestMigratePrintGrants(t *testing.T) {
+	code, out, errOut := run(t, "migrate", "-print-grants", "app", "-demo", "-database-url", "postgres://nowhere.invalid/x")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "journal", `, `"customers" TO "app";`,
+		`GRANT SELECT ON TABLE schema_migrations TO "app";`, `GRANT USAGE, SELECT, UPDATE ON SEQUENCE "journal_sequence_no", "outbox_seq" TO "app";`,
+		`-- GRANT CHANGEFEED ON TABLE journal, outbox TO "app";`, `-- GRANT SYSTEM VIEWJOB, CONTROLJOB TO "app";`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if u := strings.ToUpper(line); !strings.HasPrefix(line, "--") && (strings.Contains(u, "CREATE") || strings.Contains(u, " ALL ")) {
+			t.Errorf("grant beyond DML: %s", line)
+		}
+	}
+}
+
 func TestRetryableAtStart(t *testing.T) {
 	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("migrating: %w", &pgconn.PgError{Code: code}) }
@@ -84,9 +138,11 @@ func TestRetryableAtStart(t *testing.T) {
 		{errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"), true},
 		{pg("57P03"), true}, // the database system is starting up
 		{pg("3D000"), true}, // no such database (yet)
-		{pg("42710"), true}, // another instance's migration created the type first
-		{pg("42P07"), true},
-		{pg("23505"), true},
+		// Migrations no longer collide (the migration lock): a duplicate object is a bug.
+		{pg("42710"), false},
+		{pg("42P07"), false},
+		{pg("42P01"), false}, // a missing table: run inboxd migrate
+		{fmt.Errorf("x: %w", &schema.VersionError{Missing: []string{"0001_journal.sql"}}), false},
 		{pg("42601"), false}, // a syntax error in a migration
 		{pg("22P02"), false},
 	}

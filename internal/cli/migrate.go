@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/feed"
@@ -11,13 +13,20 @@ import (
 )
 
 func init() {
-	commands["migrate"] = command{summary: "create or update the database schema (idempotent)", run: runMigrate}
+	commands["migrate"] = command{summary: "create or update the database schema (idempotent), as the schema's owner; -print-grants ROLE prints the grants of a runtime role", run: runMigrate}
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	cfg, _, err := parseFlags(e, "migrate", "[flags]", args, nil)
+	var grantsTo string
+	cfg, _, err := parseFlags(e, "migrate", "[flags]", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&grantsTo, "print-grants", "", "print, without connecting, the GRANT statements a runtime role of that name needs "+
+			"(DML only; with -demo, on the customers table too) for PostgreSQL and CockroachDB, then exit")
+	})
 	if err != nil {
 		return err
+	}
+	if grantsTo != "" {
+		return printGrants(e.stdout, grantsTo, cfg.Demo)
 	}
 	if err := ensureDatabase(ctx, cfg); err != nil {
 		return err
@@ -30,7 +39,12 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err := checkServerVersion(ctx, pool, e.stderr); err != nil {
 		return err
 	}
-	applied, err := schema.Migrate(ctx, pool)
+	// The demo's table is created under the same migration lock.
+	var also []func(context.Context, database.DB) error
+	if cfg.Demo {
+		also = append(also, registration.Migrate)
+	}
+	applied, err := schema.Migrate(ctx, pool, also...)
 	if err != nil {
 		return err
 	}
@@ -41,9 +55,6 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "applied", name)
 	}
 	if cfg.Demo {
-		if err := registration.Migrate(ctx, pool); err != nil {
-			return err
-		}
 		fmt.Fprintln(e.stdout, "demo: the customers table exists")
 	}
 	// Retention: row-level TTL on CockroachDB; on PostgreSQL "inboxd serve" prunes.
@@ -61,4 +72,32 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "retention:", stmt)
 	}
 	return err
+}
+
+// printGrants writes the grants of a runtime role (schema.Grants), for PostgreSQL and
+// CockroachDB, and those "inboxd changefeed create" needs on CockroachDB, as SQL that
+// the schema's owner runs after each migrate.
+func printGrants(w io.Writer, role string, demo bool) error {
+	var extra []string
+	if demo {
+		extra = append(extra, "customers")
+	}
+	grants, err := schema.Grants(role, extra...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "-- The runtime role of inboxd serve (and of a program that embeds inboxd): DML only.\n"+
+		"-- Run as the schema's owner after inboxd migrate, on PostgreSQL and CockroachDB alike;\n"+
+		"-- again after each migrate (they are idempotent), as a release may add tables.\n"+
+		"-- PostgreSQL: LISTEN and pg_notify need no grant.\n")
+	for _, g := range grants {
+		fmt.Fprintln(w, g+";")
+	}
+	fmt.Fprintf(w, "-- CockroachDB only, for the role that runs inboxd changefeed create (this one, or the owner);\n"+
+		"-- with -enable-rangefeeds (the default) it also needs MODIFYCLUSTERSETTING, or an admin sets\n"+
+		"-- kv.rangefeed.enabled = true once and it passes -enable-rangefeeds=false.\n")
+	for _, g := range schema.ChangefeedGrants(role) {
+		fmt.Fprintln(w, "-- "+g+";")
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/registration"
@@ -41,20 +42,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		// The demo is the command line's, never the core's.
 		registration.Configure(&cfg.Config)
 	}
-	// Wait for the database (create it, migrate), each try logged, instead of exiting:
-	// inboxd started before its database, or during an outage, comes up once it answers.
+	// Wait for the database (with migrate auto: create it and migrate), each try logged,
+	// instead of exiting: inboxd started before its database, or during an outage, comes
+	// up once it answers.
 	bo := backoff.Waiter{Policy: backoff.Policy{Initial: 150 * time.Millisecond}} // 100-200 ms, doubling to 0.5-1 s
 	var pool *pgxpool.Pool
 	for {
-		err := ensureDatabase(ctx, cfg)
-		if err == nil {
-			pool, err = openServePool(ctx, cfg, log)
-		}
-		if err == nil && cfg.Demo {
-			if err = registration.Migrate(ctx, pool); err != nil {
-				pool.Close()
-			}
-		}
+		pool, err = openServePool(ctx, cfg, log)
 		if err == nil {
 			break
 		}
@@ -99,6 +93,7 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 	}()
 	lib := cfg.Config
 	lib.Logger, lib.TracerProvider = log, tp
+	lib.MigrateAtStart = false // done by openServePool, with the demo's table
 	c, err := inboxd.New(pool, lib)
 	if err != nil {
 		return err
@@ -112,34 +107,61 @@ func serve(ctx context.Context, e *env, pool *pgxpool.Pool, cfg *config.Config, 
 	return c.Run(defaults.WithCommandLine(ctx)) // hints name INBOXD_* settings
 }
 
-// openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize)
-// and applies inboxd's migrations. The caller closes the pool.
+// openServePool connects a pool large enough for every part (inboxd.Config.MinPoolSize).
+// With migrate auto it creates the database if need be and applies inboxd's migrations
+// (and, with -demo, the demo's table) under the migration lock; Client.Run then finds
+// the schema current. Otherwise it changes nothing: Run checks the schema, and with
+// -demo the customers table must exist. The caller closes the pool.
 func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
+	if cfg.MigrateAtStart {
+		if err := ensureDatabase(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
 	pool, err := openPool(ctx, cfg, cfg.MinPoolSize())
 	if err != nil {
 		return nil, err
 	}
-	applied, err := schema.Migrate(ctx, pool)
+	if !cfg.MigrateAtStart {
+		// Checked here too (Run checks again), so that a database that does not answer yet
+		// is waited for, while a schema that is behind or ahead ends serve at once.
+		if err := schema.Check(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		if cfg.Demo {
+			if _, err := registration.Count(ctx, pool); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("demo (run inboxd migrate -demo first, or start with INBOXD_MIGRATE=auto): %w", err)
+			}
+		}
+		return pool, nil
+	}
+	var also []func(context.Context, database.DB) error
+	if cfg.Demo {
+		also = append(also, registration.Migrate)
+	}
+	applied, err := schema.Migrate(ctx, pool, also...)
+	for _, name := range applied {
+		log.Info("applied migration", "name", name)
+	}
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrating (is the database reachable? run inboxd migrate for details): %w", err)
-	}
-	for _, name := range applied {
-		log.Info("applied migration", "name", name)
 	}
 	return pool, nil
 }
 
 // retryableAtStart reports whether serve should wait and try again: the database is
-// unavailable, or another instance is creating or migrating it at the same moment (a
-// duplicate object). Any other schema error (class 42) will not heal by waiting.
+// unavailable. A schema that is behind or ahead (schema.VersionError), or any other
+// schema error (class 42, a missing table included), will not heal by waiting;
+// migrations no longer collide (the migration lock).
 func retryableAtStart(err error) bool {
+	if _, ok := errors.AsType[*schema.VersionError](err); ok {
+		return false // run inboxd migrate (or the newer release)
+	}
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok {
-		return true
-	}
-	switch pgErr.Code {
-	case "42P04", "42P06", "42P07", "42710", "42723", "23505": // duplicate database, schema, table, object, function; unique violation in a catalog
 		return true
 	}
 	return !strings.HasPrefix(pgErr.Code, "42") && journal.IsUnavailable(err)

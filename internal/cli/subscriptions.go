@@ -94,7 +94,7 @@ func configured(cfg *config.Config) map[[2]string]string {
 func subscriptionsTable(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("%w (run inboxd migrate, or start inboxd serve once)", err)
+		return fmt.Errorf("%w (run inboxd migrate)", err)
 	}
 	return err
 }

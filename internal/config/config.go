@@ -172,7 +172,15 @@ func settings(c *Config) []setting {
 		{"max-inflight-bytes", "INBOXD_MAX_INFLIGHT_BYTES", "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies", strconv.Itoa(defaults.MaxInflightBytes), num(&c.MaxInflightBytes)},
 		{"default-event-type", "INBOXD_DEFAULT_EVENT_TYPE", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)", "", str(&c.DefaultEventType)},
 		{"id-source", "INBOXD_ID_SOURCE", "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id", defaults.IDSource, str(&c.IDSource)},
-		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler and its customers table, GET /registration/form and POST /registration", "false", boolean(&c.Demo)},
+		{"migrate", "INBOXD_MIGRATE", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible", "off", func(v string) error {
+			switch v {
+			case "auto", "off":
+				c.MigrateAtStart = v == "auto"
+				return nil
+			}
+			return fmt.Errorf("want auto or off: %q", v)
+		}},
+		{"demo", "INBOXD_DEMO", "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table", "false", boolean(&c.Demo)},
 		{"concurrency", "INBOXD_CONCURRENCY", "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2", strconv.Itoa(defaults.Concurrency()), num(&c.Concurrency)},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
 		{"immediate-retries", "INBOXD_IMMEDIATE_RETRIES", "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)", strconv.Itoa(defaults.ImmediateRetries), num(&c.immediateRetries)},

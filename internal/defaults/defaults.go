@@ -140,3 +140,11 @@ const (
 	ShutdownTimeout = 30 * time.Second
 	StallAfter      = 60 * time.Second
 )
+
+// Migrations.
+const (
+	// MigrationLease is how long a migrator's lock row holds on CockroachDB, which has no
+	// advisory locks, before another migrator may take it; the holder renews it every
+	// third of it while it migrates.
+	MigrationLease = 30 * time.Second
+)

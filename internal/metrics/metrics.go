@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/inboxd/inboxd/internal/buildinfo"
 )
 
 // Metrics holds inboxd's collectors. Build one with New and share it.
@@ -114,6 +116,10 @@ func New() *Metrics {
 	m.Stalled = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxd_stalled", Help: "1 while a component (ingest, processing, feed) has work waiting and makes no progress, or keeps failing."}, []string{"component"})
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inboxd_ingest_last_commit_age_seconds", Help: "Seconds since this instance last committed and acked an ingest batch (since start before the first)."}, ageSeconds(&m.lastCommit)))
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inboxd_process_last_success_age_seconds", Help: "Seconds since this instance last recorded a processing outcome (since start before the first)."}, ageSeconds(&m.lastProgress)))
+
+	b := buildinfo.Read()
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inboxd_build_info", Help: "1, labelled with this binary's release, VCS revision and Go version (inboxd version).",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}}, func() float64 { return 1 }))
 
 	for _, c := range []prometheus.Collector{m.InflightBytes, m.Stalled, m.Received, m.Duplicates, m.Quarantined, m.Committed, m.Acked, m.BatchSize,
 		m.CommitSeconds, m.Reconnects, m.WebhookBatches, m.WebhookRows, m.FeedResolved, m.FeedLagSeconds,

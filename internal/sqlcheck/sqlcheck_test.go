@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/cockroachdb-parser/pkg/sql/parser"
+
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/schema"
@@ -31,7 +33,7 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/feed/EnableTTL":        feedBuildTTL,
 	"internal/feed/ApplyRetention":   feedTTL,
 	"internal/feed/RetentionInForce": feedTTL,
-	"schema/migrateOnce":             nil, // the migrations, checked as their own group
+	"schema/migrateLocked":           nil, // the migrations, checked as their own group
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
@@ -84,6 +86,7 @@ func feedCreates() []journal.Statement {
 // pgOnlySites send statements CockroachDB does not have, and only to PostgreSQL: the
 // code checks the database first. Each is named with the reason.
 var pgOnlySites = map[string]string{
+	"schema/withLock":          "pg_advisory_lock/unlock: the migration lock on PostgreSQL; on CockroachDB withLock takes the lease row instead (withLease, whose statements are checked)",
 	"internal/notifier/listen": "LISTEN/UNLISTEN: the notifier runs on PostgreSQL only (the client starts it only there, and it refuses CockroachDB, whose changefeeds wake push and the relay)",
 }
 
@@ -285,6 +288,20 @@ func TestEveryStatementOnCockroachDB(t *testing.T) {
 		total.Statements, total.Expressions, total.Placeholders, b.String())
 	if total.Statements < 50 {
 		t.Errorf("only %d statements found: the harvest is broken", total.Statements)
+	}
+}
+
+// The grants "inboxd migrate -print-grants" prints parse on CockroachDB: the runtime
+// role's, and those changefeed create needs.
+func TestGrantsOnCockroachDB(t *testing.T) {
+	grants, err := schema.Grants("inboxd_app", "customers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range append(grants, schema.ChangefeedGrants("inboxd_app")...) {
+		if _, err := parser.Parse(g); err != nil {
+			t.Errorf("CockroachDB refuses %q: %v", g, err)
+		}
 	}
 }
 

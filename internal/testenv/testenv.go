@@ -97,6 +97,8 @@ type DBOptions struct {
 	// SERIALIZABLE is CockroachDB's default, so the CockroachDB-faithful profile runs the
 	// processing tests with INBOXD_TEST_DEFAULT_ISOLATION=serializable (make test-crdb-profile).
 	Isolation string
+	// Empty leaves the database unmigrated, for tests of migrating itself.
+	Empty bool
 }
 
 // ReadRetrying runs read, a test's own read of the database, again while it fails with
@@ -194,6 +196,9 @@ func NewDBWith(t testing.TB, opts DBOptions) *DB {
 		t.Fatalf("connecting to %s: %v", name, err)
 	}
 	t.Cleanup(pool.Close)
+	if opts.Empty {
+		return &DB{URL: dbURL, Pool: pool}
+	}
 	if _, err := schema.Migrate(ctx, pool); err != nil {
 		t.Fatalf("migrating %s: %v", name, err)
 	}
@@ -244,5 +249,42 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// MigrateBefore gives db the schema a release before migration version left: the
+// migrations below it (their PostgreSQL statements), recorded in a schema_migrations as
+// the releases before serves_from wrote it. For tests of upgrades from old schemas.
+func MigrateBefore(t testing.TB, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, version int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `CREATE TABLE schema_migrations (version INT PRIMARY KEY, name TEXT NOT NULL,
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	migs, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		if m.Version >= version {
+			break
+		}
+		stmts, err := schema.Statements(m.SQL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range stmts {
+			if st.RunsOn(schema.PostgreSQL) {
+				if _, err := db.Exec(ctx, st.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+			}
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
