@@ -31,7 +31,8 @@ services-down:
 browser:
 	scripts/services.sh browser
 
-# The whole suite, integration tests included, against the real ActiveMQ and PostgreSQL;
+# The whole suite, integration tests included, against the real ActiveMQ, the private
+# RabbitMQ node (the broker scenarios run on both) and PostgreSQL;
 # then the CockroachDB-faithful profile (CI runs both).
 test: services browser
 	CI=$${CI:-true} $(GO) test $(TESTFLAGS) $(PKGS)
@@ -70,8 +71,10 @@ fuzz:
 screenshots: services browser
 	INBOXD_SCREENSHOTS=$(CURDIR)/docs/console CI=$${CI:-true} $(GO) test -count=1 -run 'TestConsoleInBrowser$$' ./internal/console/
 
+# BROKER=rabbitmq: the same demo through the private RabbitMQ node (scripts/services.sh).
+BROKER ?= activemq
 demo: build services
-	scripts/demo.sh
+	BROKER=$(BROKER) scripts/demo.sh
 
 # 20,000 persistent messages, 30% duplicates, 1% malformed: journal must hold exactly the unique valid ids.
 verify-ingest: build services

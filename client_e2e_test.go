@@ -22,6 +22,7 @@ import (
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 	"github.com/inboxd/inboxd/internal/webhook"
 	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
@@ -111,7 +112,12 @@ func newClient(t *testing.T, db *testenv.DB, cfg inboxd.Config) *inboxd.Client {
 
 func publishAll(t *testing.T, queue string, msgs [][]byte) {
 	t.Helper()
-	pub := stompx.NewPublisher(stompx.Config{Addr: testenv.Broker(t)}, 2)
+	publishAllTo(t, stompx.Config{Addr: testenv.Broker(t)}, queue, msgs)
+}
+
+func publishAllTo(t *testing.T, broker stompx.Config, queue string, msgs [][]byte) {
+	t.Helper()
+	pub := stompx.NewPublisher(broker, 2)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -167,6 +173,26 @@ func TestEndToEndSweeperPath(t *testing.T) {
 	startService(t, db, queue, func(c *inboxd.Config) { c.DisableWebhook = true })
 	publishAll(t, queue, w.messages)
 	checkExactlyOnce(t, db, w)
+}
+
+// The demo's path through RabbitMQ's STOMP plugin: ingest, the registration handler,
+// and its customer-registered events through the outbox relay (persistent SENDs with
+// receipts) to RabbitMQ. The broker is set by configuration, as INBOXD_BROKER and
+// INBOXD_STOMP_HOST would.
+func TestEndToEndRabbitMQ(t *testing.T) {
+	r := testenv.Rabbit(t)
+	db := testenv.NewDB(t)
+	queue := testenv.Queue(t)
+	w := newWorkload(200)
+	startService(t, db, queue, func(c *inboxd.Config) {
+		c.StompAddr, c.Broker, c.StompHost, c.StompLogin, c.StompPasscode = r.Addr, "rabbitmq", r.Host, r.Login, r.Passcode
+	})
+	publishAllTo(t, stomptest.Config(r.Addr), queue, w.messages)
+	checkExactlyOnce(t, db, w)
+	testenv.Eventually(t, 30*time.Second, "every customer-registered event relayed", func() bool {
+		return countOf(t, db, `SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL`) == w.valid &&
+			countOf(t, db, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+	})
 }
 
 // The CockroachDB path, with the test sink standing in for the changefeed: journal rows

@@ -35,9 +35,16 @@ type Config struct {
 	// carries that span's traceparent. Defaults to otel's global provider.
 	TracerProvider trace.TracerProvider
 
-	// StompAddr is the broker's STOMP address, host:port (INBOXD_STOMP_ADDR). Defaults
-	// to "127.0.0.1:61613".
+	// StompAddr is the broker's STOMP address, host:port (INBOXD_STOMP_ADDR): ActiveMQ,
+	// or RabbitMQ's STOMP plugin. Defaults to "127.0.0.1:61613".
 	StompAddr string
+	// StompHost is the STOMP host header of CONNECT: RabbitMQ's virtual host
+	// (INBOXD_STOMP_HOST). Defaults to none: "/" when Broker is rabbitmq, else the host
+	// part of StompAddr, which ActiveMQ ignores.
+	StompHost string
+	// Broker is the broker's STOMP dialect: "activemq", "rabbitmq", or "auto", detected
+	// from the CONNECTED frame's server header (INBOXD_BROKER). Defaults to "auto".
+	Broker string
 	// StompLogin is the STOMP login (INBOXD_STOMP_LOGIN). Defaults to none.
 	StompLogin string
 	// StompPasscode is the STOMP passcode (INBOXD_STOMP_PASSCODE). Defaults to none.
@@ -252,6 +259,7 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	or(&c.StompAddr, defaults.StompAddr)
+	or(&c.Broker, defaults.Broker)
 	or(&c.ClientID, defaults.ClientID)
 	or(&c.SubscriptionName, defaults.SubscriptionName)
 	or(&c.HTTPAddr, defaults.LibraryHTTPAddr)
@@ -332,13 +340,16 @@ func (c Config) validate() (*stompx.TLS, error) {
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
+	if _, err := stompx.ParseBroker(c.Broker); err != nil {
+		problems = append(problems, "broker: "+err.Error())
+	}
 	for _, v := range []struct{ name, value string }{{"client-id", c.ClientID}, {"subscription-name", c.SubscriptionName}} {
 		if v.value != "" && !validName(v.value) {
 			problems = append(problems, fmt.Sprintf("%s %q: use 1 to 100 letters, digits, '.', '_', ':' or '-'", v.name, v.value))
 		}
 	}
-	if c.PublishDestination != "" && !strings.HasPrefix(c.PublishDestination, "/queue/") && !strings.HasPrefix(c.PublishDestination, "/topic/") {
-		problems = append(problems, fmt.Sprintf("publish-destination %q: want /queue/… or /topic/…", c.PublishDestination))
+	if c.PublishDestination != "" && message.CheckDestination(c.PublishDestination) != nil {
+		problems = append(problems, fmt.Sprintf("publish-destination %q: want /queue/…, /topic/… or /amq/queue/…", c.PublishDestination))
 	}
 	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
 		problems = append(problems, fmt.Sprintf("batch-size must be between 1 and %d", MaxBatchSize))
@@ -465,5 +476,6 @@ func (c Config) stomp(tls *stompx.TLS, log *slog.Logger) stompx.Config {
 	if c.StompTLSInsecureSkip {
 		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
 	}
-	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, TLS: tls, HeartBeat: c.StompHeartBeat, Logger: log}
+	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, Host: c.StompHost,
+		Broker: stompx.Broker(c.Broker), TLS: tls, HeartBeat: c.StompHeartBeat, Logger: log}
 }

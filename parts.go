@@ -113,6 +113,7 @@ func (c assembly) run(ctx context.Context) error {
 	}
 	sub, err := ingest.New(ingest.Config{
 		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS, HeartBeat: stompCfg.HeartBeat,
+		Host: stompCfg.Host, Broker: stompCfg.Broker,
 		Destinations: cfg.Destinations,
 		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
 		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,

@@ -2,8 +2,20 @@
 # The curl-driven registration demo: migrates, starts inboxd, posts registrations (one
 # twice, one invalid) and shows the journal. On failure it stops what it started.
 # Expects services up and bin/inboxd built (make demo does both).
+# BROKER=rabbitmq runs it through the private RabbitMQ node's STOMP plugin
+# (scripts/services.sh) instead of ActiveMQ: make demo BROKER=rabbitmq.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+case "${BROKER:-activemq}" in
+  activemq) ;;
+  rabbitmq)
+    export INBOXD_BROKER=rabbitmq INBOXD_STOMP_HOST=${INBOXD_STOMP_HOST:-/}
+    export INBOXD_STOMP_ADDR=${INBOXD_STOMP_ADDR:-127.0.0.1:61623}
+    export INBOXD_STOMP_LOGIN=${INBOXD_STOMP_LOGIN:-guest} INBOXD_STOMP_PASSCODE=${INBOXD_STOMP_PASSCODE:-guest}
+    export INBOXD_DATABASE_URL=${INBOXD_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/inboxd_demo_rabbitmq?sslmode=disable} ;;
+  *) echo "BROKER=$BROKER: want activemq or rabbitmq" >&2; exit 2 ;;
+esac
 
 export INBOXD_DATABASE_URL=${INBOXD_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/inboxd_demo?sslmode=disable}
 export INBOXD_HTTP_ADDR=${INBOXD_HTTP_ADDR:-127.0.0.1:8090}
@@ -38,7 +50,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "Migrate the database ($INBOXD_DATABASE_URL)"
+step "Migrate the database ($INBOXD_DATABASE_URL); broker ${BROKER:-activemq} at ${INBOXD_STOMP_ADDR:-127.0.0.1:61613}"
 bin/inboxd migrate
 
 step "Start inboxd (log: $state/inboxd.log)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (when missing) and starts the services inboxd needs: ActiveMQ with STOMP on
-# 127.0.0.1:61613 and PostgreSQL on 127.0.0.1:5432. Idempotent: safe to run twice.
+# 127.0.0.1:61613, PostgreSQL on 127.0.0.1:5432, and a private RabbitMQ node with its
+# STOMP plugin on 127.0.0.1:61623 (stomp+ssl 61624). Idempotent: safe to run twice.
 #
 # ActiveMQ also listens with stomp+ssl on 127.0.0.1:61612, and with stomp+ssl requiring a
 # client certificate on 127.0.0.1:61611. Each broker start makes a new CA and keystores
@@ -8,7 +9,12 @@
 # there are what INBOXD_STOMP_CA_FILE, _CERT_FILE and _KEY_FILE take, and where the
 # tests look (internal/testenv, INBOXD_TEST_BROKER_TLS_DIR).
 #
-#   scripts/services.sh [up|down|browser|status]   (browser: Chromium for the console tests)
+# The RabbitMQ node is inboxd's own (node inboxd-rabbit@localhost, AMQP 5682, distribution
+# 25682, data, logs and Erlang cookie under $RMQ_BASE, plugins enabled for it alone through
+# RABBITMQ_ENABLED_PLUGINS_FILE): a system RabbitMQ on 5672/25672 and /etc/rabbitmq are
+# left alone. Its TLS material (PEM, openssl) is in $RMQ_BASE/tls, the same file names.
+#
+#   scripts/services.sh [up|down|browser|status|rabbitmq-up|rabbitmq-down|rabbitmq-fresh]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +23,12 @@ AMQ_LOG=${AMQ_LOG:-/var/log/inboxd-activemq.log}
 STOMP_PORT=61613
 STOMP_TLS_PORTS=(61612 61611)
 PG_PORT=5432
+RMQ_BASE=${RMQ_BASE:-/var/lib/inboxd-rabbitmq}
+RMQ_NODE=inboxd-rabbit@localhost
+RMQ_AMQP_PORT=5682
+RMQ_DIST_PORT=25682
+RMQ_STOMP_PORT=61623
+RMQ_STOMP_TLS_PORT=61624
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -118,6 +130,114 @@ activemq_down() {
   done
 }
 
+# The environment of every command that talks to the private node: its own HOME (where
+# its Erlang cookie lives, so that root in CI needs no other), config and directories.
+rabbitmq_env() {
+  export HOME="$RMQ_BASE" RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_CONFIG_FILE="$RMQ_BASE/rabbitmq" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_BASE/enabled_plugins" RABBITMQ_MNESIA_BASE="$RMQ_BASE/mnesia" \
+    RABBITMQ_LOG_BASE="$RMQ_BASE/log" RABBITMQ_DIST_PORT="$RMQ_DIST_PORT" RABBITMQ_PID_FILE="$RMQ_BASE/pid" \
+    RABBITMQ_CONF_ENV_FILE="$RMQ_BASE/rabbitmq-env.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$RMQ_BASE/advanced.config" \
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" # distribution on loopback only
+}
+
+# The private node's Erlang VM: the one whose home is $RMQ_BASE (the system node's is
+# /var/lib/rabbitmq), so that nothing here ever matches the system RabbitMQ.
+rabbitmq_pids() { pgrep -f -- "beam.smp .* -home $RMQ_BASE -- "; }
+
+# STOMP answers when a CONNECT as guest to the virtual host / gets CONNECTED.
+rabbitmq_stomp_ok() {
+  local out
+  out=$( (exec 3<>"/dev/tcp/127.0.0.1/$RMQ_STOMP_PORT" || exit 1
+    printf 'CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0' >&3
+    timeout 3 head -c 9 <&3) 2>/dev/null) || return 1
+  [[ $out == CONNECTED ]]
+}
+
+# Server-authenticated TLS material for the stomp+ssl listener, made with openssl (the
+# node reads PEM): ca.pem, server.pem, server-key.pem, and client.pem/client-key.pem for
+# a client certificate. A new CA on every start, as for ActiveMQ.
+rabbitmq_tls() {
+  local d=$RMQ_BASE/tls w
+  mkdir -p "$d"
+  w=$(mktemp -d)
+  (
+    cd "$w"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca-key.pem -out ca.pem \
+      -days 3650 -subj "/CN=inboxd development rabbitmq CA" -addext basicConstraints=critical,CA:true \
+      -addext keyUsage=keyCertSign,cRLSign 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server-key.pem \
+      -subj "/CN=inboxd rabbitmq" -out server.csr 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 825 -extfile server.ext \
+      -out server.pem 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client-key.pem \
+      -subj "/CN=inboxd-test-client" -out client.csr 2>/dev/null
+    printf 'keyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 825 -extfile client.ext \
+      -out client.pem 2>/dev/null
+    chmod 600 ca-key.pem server-key.pem client-key.pem
+    chmod 644 ca.pem server.pem client.pem
+    mv -f ca.pem ca-key.pem server.pem server-key.pem client.pem client-key.pem "$d/"
+  )
+  rm -rf "$w"
+}
+
+rabbitmq_up() {
+  if port_open "$RMQ_STOMP_PORT" && port_open "$RMQ_STOMP_TLS_PORT" && rabbitmq_stomp_ok; then
+    log "rabbitmq already up on 127.0.0.1:$RMQ_STOMP_PORT (TLS $RMQ_STOMP_TLS_PORT)"
+    return
+  fi
+  if [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]]; then
+    log "installing rabbitmq-server"
+    apt_install rabbitmq-server
+    # The package starts a system node where systemd runs; that one is left alone.
+  fi
+  command -v openssl >/dev/null || apt_install openssl
+  if rabbitmq_pids >/dev/null; then
+    log "rabbitmq node $RMQ_NODE is running but STOMP does not answer yet; waiting"
+  else
+    mkdir -p "$RMQ_BASE/mnesia" "$RMQ_BASE/log"
+    # The node's own cookie, in its own HOME: the Erlang distribution and rabbitmqctl read it there.
+    if [[ ! -f $RMQ_BASE/.erlang.cookie ]]; then
+      head -c 30 /dev/urandom | base64 | tr -dc 'A-Za-z' | head -c 20 >"$RMQ_BASE/.erlang.cookie"
+      chmod 400 "$RMQ_BASE/.erlang.cookie"
+    fi
+    rabbitmq_tls
+    cp "$here/rabbitmq.conf" "$RMQ_BASE/rabbitmq.conf"
+    sed -i "s|@BASE@|$RMQ_BASE|g; s|@AMQP@|$RMQ_AMQP_PORT|; s|@STOMP@|$RMQ_STOMP_PORT|; s|@STOMPTLS@|$RMQ_STOMP_TLS_PORT|" \
+      "$RMQ_BASE/rabbitmq.conf"
+    echo '[rabbitmq_stomp].' >"$RMQ_BASE/enabled_plugins"
+    : >"$RMQ_BASE/rabbitmq-env.conf"
+    echo '[].' >"$RMQ_BASE/advanced.config"
+    log "starting rabbitmq node $RMQ_NODE (base $RMQ_BASE, log $RMQ_BASE/log)"
+    (
+      rabbitmq_env
+      cd "$RMQ_BASE"
+      setsid nohup /usr/lib/rabbitmq/bin/rabbitmq-server >>"$RMQ_BASE/log/console.log" 2>&1 </dev/null &
+    )
+  fi
+  wait_port rabbitmq "$RMQ_STOMP_PORT" 120 || { tail -30 "$RMQ_BASE/log/console.log" >&2; return 1; }
+  wait_port "rabbitmq stomp+ssl" "$RMQ_STOMP_TLS_PORT" 30 || { tail -30 "$RMQ_BASE/log/console.log" >&2; return 1; }
+  local deadline=$((SECONDS + 30))
+  until rabbitmq_stomp_ok; do
+    ((SECONDS >= deadline)) && { log "rabbitmq STOMP does not answer CONNECT"; return 1; }
+    sleep 0.5
+  done
+  log "rabbitmq STOMP answers CONNECT on 127.0.0.1:$RMQ_STOMP_PORT"
+}
+
+# Stops the private node only, by its node name and cookie; the system node is not touched.
+rabbitmq_down() {
+  if ! rabbitmq_pids >/dev/null; then log "rabbitmq node $RMQ_NODE not running"; return; fi
+  log "stopping rabbitmq node $RMQ_NODE"
+  (rabbitmq_env; /usr/lib/rabbitmq/bin/rabbitmqctl -n "$RMQ_NODE" stop >/dev/null 2>&1) || true
+  local deadline=$((SECONDS + 30)) pids
+  while pids=$(rabbitmq_pids); do
+    if ((SECONDS >= deadline)); then kill -9 $pids 2>/dev/null || true; break; fi
+    sleep 0.5
+  done
+}
+
 # Chromium for the console's browser tests (internal/console); DejaVu fonts so that
 # screenshots render the same everywhere.
 browser_install() {
@@ -141,8 +261,13 @@ promtool_install() {
 case "${1:-up}" in
   up) command -v curl >/dev/null || apt_install curl  # the tutorial test runs curl
     promtool_install # deploy/observe_test.go checks the alerting rules with it
-    postgres_up; activemq_up ;;
-  down) activemq_down ;;
+    postgres_up; activemq_up; rabbitmq_up ;;
+  down) activemq_down; rabbitmq_down ;;
+  rabbitmq-up) rabbitmq_up ;;
+  rabbitmq-down) rabbitmq_down ;;
+  rabbitmq-restart) rabbitmq_down; rabbitmq_up ;;
+  # Stops the node and empties its store (queues, durable subscriptions, messages).
+  rabbitmq-fresh) rabbitmq_down; rm -rf "${RMQ_BASE:?}/mnesia" ;;
   activemq-restart) activemq_down; activemq_up ;;
   # Stops the broker and empties its store; `up` then starts it clean. CI runs it first:
   # messages earlier runs left unconsumed (gigabytes, after benchmarks) would slow the
@@ -152,6 +277,7 @@ case "${1:-up}" in
   status)
     port_open "$PG_PORT" && log "postgresql up" || log "postgresql down"
     port_open "$STOMP_PORT" && log "activemq up" || log "activemq down"
-    port_open "${STOMP_TLS_PORTS[0]}" && log "activemq stomp+ssl up" || log "activemq stomp+ssl down" ;;
-  *) echo "usage: $0 [up|down|activemq-restart|activemq-fresh|browser|status]" >&2; exit 2 ;;
+    port_open "${STOMP_TLS_PORTS[0]}" && log "activemq stomp+ssl up" || log "activemq stomp+ssl down"
+    rabbitmq_stomp_ok && log "rabbitmq stomp up" || log "rabbitmq stomp down" ;;
+  *) echo "usage: $0 [up|down|activemq-restart|activemq-fresh|rabbitmq-up|rabbitmq-down|rabbitmq-restart|rabbitmq-fresh|browser|status]" >&2; exit 2 ;;
 esac

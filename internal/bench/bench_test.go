@@ -280,6 +280,12 @@ func TestParseOptions(t *testing.T) {
 				t.Errorf("backlog %v, journal size %d", o.Backlog, o.JournalSize)
 			}
 		}, false},
+		{"rabbitmq's node by default", []string{"-broker=rabbitmq"}, func(t *testing.T, o *options) {
+			if o.StompAddr != "127.0.0.1:61623" || target.broker != "rabbitmq" || target.login != "guest" {
+				t.Errorf("broker %s at %s as %q", target.broker, o.StompAddr, target.login)
+			}
+		}, false},
+		{"unknown broker", []string{"-broker=kafka"}, nil, true},
 		{"bad backlog", []string{"-backlog=-1"}, nil, true},
 		{"river rows need their binary", []string{"-rows=river", "-river-bin=/nonexistent/inboxd-river"}, nil, true},
 		{"river rows by default when the binary exists", []string{"-river-bin=" + os.Args[0]}, func(t *testing.T, o *options) {
@@ -308,12 +314,12 @@ func TestParseOptions(t *testing.T) {
 func TestKnobsRoundTrip(t *testing.T) {
 	k := Knobs{BatchSize: 123, Linger: 7 * time.Millisecond, Prefetch: 999, AckMode: "client-individual",
 		PoolSize: 3, Concurrency: 5, SweepInterval: 50 * time.Millisecond, FeedFlush: 70 * time.Millisecond, Tracing: true}
-	a := rowArgs{Row: rowIngest, Queue: "/queue/x", N: 10, Knobs: k}
+	a := rowArgs{Row: rowIngest, Queue: "/queue/x", N: 10, Broker: "rabbitmq", Knobs: k}
 	// Parse the child's flags the way RowMain does, without running a row.
 	got := defaultKnobs()
 	fs := newFlagSet()
 	got.register(fs)
-	var row, queue, db, addr, prof string
+	var row, queue, db, addr, prof, broker string
 	var n int
 	fs.StringVar(&row, "row", "", "")
 	fs.StringVar(&queue, "queue", "", "")
@@ -321,11 +327,12 @@ func TestKnobsRoundTrip(t *testing.T) {
 	fs.StringVar(&db, "db-url", "", "")
 	fs.StringVar(&addr, "stomp-addr", "", "")
 	fs.StringVar(&prof, "cpuprofile", "", "")
+	fs.StringVar(&broker, "broker", "", "")
 	if err := fs.Parse(a.args()); err != nil {
 		t.Fatal(err)
 	}
-	if got != k || row != rowIngest || queue != "/queue/x" || n != 10 {
-		t.Errorf("round trip: got %+v row=%s queue=%s n=%d", got, row, queue, n)
+	if got != k || row != rowIngest || queue != "/queue/x" || n != 10 || broker != "rabbitmq" {
+		t.Errorf("round trip: got %+v row=%s queue=%s n=%d broker=%s", got, row, queue, n, broker)
 	}
 }
 
@@ -443,6 +450,49 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// runMain runs Main with args and a results directory of the test's own, and returns
+// the report it wrote and its stdout.
+func runMain(t *testing.T, args ...string) (*Report, string) {
+	t.Helper()
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := Main(ctx, append(args, "-out="+dir), &stdout, &stderr); err != nil {
+		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(dir + "/results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep, stdout.String()
+}
+
+// TestBenchRabbitMQDrainRows runs the drain rows against the RabbitMQ node
+// (-broker rabbitmq): each row checks its journal, and the ratios are against
+// RabbitMQ's own bare drain.
+func TestBenchRabbitMQDrainRows(t *testing.T) {
+	r := testenv.Rabbit(t)
+	testenv.NewDB(t)
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	rep, stdout := runMain(t, "-broker=rabbitmq", "-stomp-addr="+r.Addr, "-n=300", "-reps=1", "-rows=broker,naive,ingest",
+		"-warmup-broker=0", "-admin-url="+testenv.AdminURL())
+	if len(rep.Summaries) != 3 {
+		t.Fatalf("got %d rows, want 3:\n%s", len(rep.Summaries), stdout)
+	}
+	for _, s := range rep.Summaries {
+		if !s.OK || s.MsgPerSec <= 0 || (s.Row == rowBroker && s.VsBroker != 1) {
+			t.Errorf("row %s: %+v", s.Row, s)
+		}
+	}
+}
+
 // TestBenchSmall runs Main end to end on a tiny N against the real broker and
 // database: it fails in CI when either is missing.
 func TestBenchSmall(t *testing.T) {
@@ -457,29 +507,13 @@ func TestBenchSmall(t *testing.T) {
 			rows = append(rows, r)
 		}
 	}
-	dir := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := Main(ctx, []string{"-n=300", "-reps=1", "-rows=" + strings.Join(rows, ","), "-out=" + dir,
+	rep, stdout := runMain(t, "-n=300", "-reps=1", "-rows="+strings.Join(rows, ","),
 		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-backlog=0,500", "-backlog-fresh=100", "-journal-size=2000",
-		"-admin-url=" + testenv.AdminURL(), "-stomp-addr=" + testenv.StompAddr()},
-		&stdout, &stderr)
-	if err != nil {
-		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	b, err := os.ReadFile(dir + "/results.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+		"-admin-url="+testenv.AdminURL(), "-stomp-addr="+testenv.StompAddr())
 	// e2e-sweeper runs at -rate and at -rate-high, journal-size for ingest and e2e-max,
 	// backlog at both levels.
 	if len(rep.Summaries) != len(rows)+3 {
-		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+3, stdout.String())
+		t.Fatalf("got %d rows, want %d:\n%s", len(rep.Summaries), len(rows)+3, stdout)
 	}
 	for _, s := range rep.Summaries {
 		if !s.OK || s.MsgPerSec <= 0 || s.PeakRSSBytes <= 0 || s.CPUPer10k <= 0 {

@@ -4,20 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
+// target is the broker this process benchmarks, set once by setBroker from -broker
+// (in the parent, and in each row's child) before anything connects.
+var target = struct {
+	broker          stompx.Broker
+	login, passcode string
+}{broker: stompx.BrokerActiveMQ}
+
+// setBroker selects the broker: "activemq" (no login) or "rabbitmq" (its STOMP plugin,
+// as guest unless INBOXD_STOMP_LOGIN and INBOXD_STOMP_PASSCODE say otherwise).
+func setBroker(name string) error {
+	b, err := stompx.ParseBroker(name)
+	if err != nil || b == stompx.BrokerAuto {
+		return fmt.Errorf("-broker %q: want activemq or rabbitmq", name)
+	}
+	target.broker, target.login, target.passcode = b, "", ""
+	if b == stompx.BrokerRabbitMQ {
+		target.login, target.passcode = envOr("INBOXD_STOMP_LOGIN", "guest"), envOr("INBOXD_STOMP_PASSCODE", "guest")
+	}
+	return nil
+}
+
+// defaultStompAddr is where each broker listens here: ActiveMQ's 61613 and the private
+// RabbitMQ node's 61623 (scripts/services.sh).
+func defaultStompAddr(broker string) string {
+	if stompx.Broker(broker) == stompx.BrokerRabbitMQ {
+		return "127.0.0.1:61623"
+	}
+	return "127.0.0.1:61613"
+}
+
+// prefetch is the SUBSCRIBE header that bounds unacked messages, in the broker's dialect.
+func prefetch(n int) []func(*frame.Frame) error {
+	return stompx.DialectOf(target.broker, "").SubscribeHeaders(n, nil)
+}
+
 // dial opens a STOMP connection with heart-beats loose enough for a busy 2-core host.
+// The host header "/" is RabbitMQ's default virtual host, and ActiveMQ ignores it.
 func dial(ctx context.Context, addr string) (*stomp.Conn, error) {
-	conn, err := stomp.DialWithContext(ctx, "tcp", addr,
+	opts := []func(*stomp.Conn) error{
 		stomp.ConnOpt.HeartBeat(30*time.Second, 30*time.Second),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(2),
 		stomp.ConnOpt.Host("/"),
-		stomp.ConnOpt.Logger(quietLogger{}))
+		stomp.ConnOpt.Logger(quietLogger{})}
+	if target.login != "" {
+		opts = append(opts, stomp.ConnOpt.Login(target.login, target.passcode))
+	}
+	conn, err := stomp.DialWithContext(ctx, "tcp", addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to stomp at %s: %w", addr, err)
 	}
@@ -87,14 +128,14 @@ func publishPaced(ctx context.Context, conn *stomp.Conn, queue string, n int, ra
 // want == 0, until the queue stays silent for idle. It returns the count and the time
 // from subscription to the last message. This is row 1, and also how a failed row's
 // leftovers are purged.
-func drain(ctx context.Context, addr, queue string, prefetch, want int, idle time.Duration) (int, time.Duration, error) {
+func drain(ctx context.Context, addr, queue string, prefetchN, want int, idle time.Duration) (int, time.Duration, error) {
 	conn, err := dial(ctx, addr)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer conn.Disconnect()
 	start := time.Now()
-	sub, err := conn.Subscribe(queue, stomp.AckAuto, stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(prefetch)))
+	sub, err := conn.Subscribe(queue, stomp.AckAuto, prefetch(prefetchN)...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("subscribing to %s: %w", queue, err)
 	}

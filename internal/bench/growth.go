@@ -74,7 +74,7 @@ func (r *runner) backlogRow(ctx context.Context, k Knobs, rep, level int) (Measu
 	if err := publish(ctx, r.o.StompAddr, queue, c.Bodies); err != nil {
 		return m, err
 	}
-	a := rowArgs{Row: rowBacklog, Queue: queue, N: fresh, DBURL: db.URL, StompAddr: r.o.StompAddr, Knobs: k,
+	a := rowArgs{Row: rowBacklog, Queue: queue, N: fresh, DBURL: db.URL, StompAddr: r.o.StompAddr, Broker: r.o.Broker, Knobs: k,
 		CPUProfile: r.profilePath(rowBacklog, k, level, rep)}
 	m.Profile = a.CPUProfile
 	out, err := runChild(ctx, a, r.pids, nil)

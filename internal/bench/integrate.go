@@ -30,6 +30,10 @@ func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.
 	sub, err := ingest.New(ingest.Config{
 		TracerProvider:   tp,
 		Addr:             a.StompAddr,
+		Broker:           target.broker,
+		Host:             "/", // RabbitMQ's default virtual host; ActiveMQ ignores it
+		Login:            target.login,
+		Passcode:         target.passcode,
 		Destinations:     []string{a.Queue},
 		BatchSize:        a.Knobs.BatchSize,
 		Linger:           a.Knobs.Linger,

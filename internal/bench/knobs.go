@@ -38,7 +38,7 @@ func defaultKnobs() Knobs {
 func (k *Knobs) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.BatchSize, "batch-size", k.BatchSize, "ingest: messages per transaction, at most")
 	fs.DurationVar(&k.Linger, "linger", k.Linger, "ingest: how long a partial batch waits for more messages")
-	fs.IntVar(&k.Prefetch, "prefetch", k.Prefetch, "activemq.prefetchSize of every subscription")
+	fs.IntVar(&k.Prefetch, "prefetch", k.Prefetch, "prefetch of every subscription (ActiveMQ activemq.prefetchSize, RabbitMQ prefetch-count)")
 	fs.IntVar(&k.InFlight, "commits-in-flight", k.InFlight, "ingest: batches written at once (acks stay in order)")
 	fs.StringVar(&k.AckMode, "ack-mode", k.AckMode, "ingest: client (one cumulative ack per batch) or client-individual")
 	fs.IntVar(&k.PoolSize, "pool-size", k.PoolSize, "database connections of the row (pgxpool MaxConns)")

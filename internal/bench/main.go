@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 // options are the flags of "inboxd bench".
@@ -31,6 +33,7 @@ type options struct {
 	BrokerWarmup int
 	Dup, Bad     float64
 	StompAddr    string
+	Broker       string // activemq or rabbitmq: the drain rows' broker
 	AdminURL     string
 	CPUProfile   bool
 	RowTimeout   time.Duration
@@ -86,7 +89,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.BrokerWarmup, "warmup-broker", 60000, "messages published and drained through a scratch queue before the first row, so that no row measures the broker's JIT warm-up (0: off)")
 	fs.Float64Var(&o.Dup, "dup", 0.30, "drain rows: share of duplicate messages")
 	fs.Float64Var(&o.Bad, "malformed", 0.01, "drain rows: share of malformed messages")
-	fs.StringVar(&o.StompAddr, "stomp-addr", envOr("INBOXD_STOMP_ADDR", "127.0.0.1:61613"), "ActiveMQ STOMP address (env INBOXD_STOMP_ADDR)")
+	fs.StringVar(&o.Broker, "broker", "activemq", "broker of every row: activemq, or rabbitmq (its STOMP plugin; ratios are against its own bare drain)")
+	fs.StringVar(&o.StompAddr, "stomp-addr", os.Getenv("INBOXD_STOMP_ADDR"), "broker STOMP address (env INBOXD_STOMP_ADDR; default 127.0.0.1:61613 for activemq, 127.0.0.1:61623 for rabbitmq)")
 	fs.StringVar(&o.AdminURL, "admin-url", envOr("INBOXD_BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		"database server where each row creates (and drops) a database of its own (env INBOXD_BENCH_ADMIN_URL)")
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "write a pprof CPU profile of every row's child into the results directory")
@@ -104,6 +108,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if err := setBroker(o.Broker); err != nil {
+		return nil, err
+	}
+	if o.StompAddr == "" {
+		o.StompAddr = defaultStompAddr(o.Broker)
 	}
 	var err error
 	if ns == "" {
@@ -144,7 +154,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		if o.Quick {
 			rows = strings.Join(quickRows, ",")
 		}
-		if o.River.found() {
+		if o.River.found() && target.broker != stompx.BrokerRabbitMQ {
 			rows += "," + strings.Join(riverRows, ",")
 		}
 	}
@@ -155,6 +165,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 		if !contains(allRows, r) && !contains(riverRows, r) {
 			return nil, fmt.Errorf("-rows: unknown row %q (have %s, %s)", r, strings.Join(allRows, ", "), strings.Join(riverRows, ", "))
+		}
+		if contains(riverRows, r) && target.broker == stompx.BrokerRabbitMQ {
+			return nil, fmt.Errorf("-rows: row %s runs against ActiveMQ only (its consumer speaks ActiveMQ's dialect)", r)
 		}
 		if contains(riverRows, r) && !o.River.found() {
 			return nil, fmt.Errorf("-rows: row %s needs %s (make build builds it; or -river-bin)", r, o.River.Bin)
@@ -325,7 +338,7 @@ func (o *options) settings() map[string]any {
 	return map[string]any{
 		"quick": o.Quick, "n": o.Ns, "reps": o.Reps, "rows": o.Rows, "knobs": o.Knobs,
 		"rate": o.Rate, "rate_high": o.HighRate, "e2e_duration": o.E2EDuration.String(), "warmup": o.Warmup, "warmup_broker": o.BrokerWarmup,
-		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr,
+		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr, "broker": o.Broker,
 		"river":   o.River,
 		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
 	}

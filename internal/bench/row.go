@@ -39,6 +39,7 @@ type rowArgs struct {
 	N          int // messages to drain (drain rows)
 	DBURL      string
 	StompAddr  string
+	Broker     string // activemq or rabbitmq (setBroker)
 	CPUProfile string
 	Knobs      Knobs
 	// River, for a river row, runs it in the inboxd-river binary (river.go).
@@ -61,7 +62,7 @@ const (
 
 func (a rowArgs) args() []string {
 	out := []string{"-row=" + a.Row, "-queue=" + a.Queue, "-n=" + strconv.Itoa(a.N),
-		"-db-url=" + a.DBURL, "-stomp-addr=" + a.StompAddr, "-cpuprofile=" + a.CPUProfile}
+		"-db-url=" + a.DBURL, "-stomp-addr=" + a.StompAddr, "-broker=" + a.Broker, "-cpuprofile=" + a.CPUProfile}
 	return append(out, a.Knobs.args()...)
 }
 
@@ -80,12 +81,16 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&a.N, "n", 0, "messages to drain")
 	fs.StringVar(&a.DBURL, "db-url", "", "database of the row")
 	fs.StringVar(&a.StompAddr, "stomp-addr", "127.0.0.1:61613", "STOMP address")
+	fs.StringVar(&a.Broker, "broker", "activemq", "activemq or rabbitmq")
 	fs.StringVar(&a.CPUProfile, "cpuprofile", "", "write a CPU profile of the row to this file")
 	a.Knobs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	tracedPublish.Store(a.Knobs.Tracing) // this process may publish (bench/tracing.go)
+	if err := setBroker(a.Broker); err != nil {
+		return err
+	}
 	if err := a.Knobs.validate(); err != nil {
 		return err
 	}
@@ -184,8 +189,7 @@ func naiveConsume(ctx context.Context, a rowArgs, pool *pgxpool.Pool, want int) 
 		return 0, err
 	}
 	defer conn.Disconnect()
-	sub, err := conn.Subscribe(a.Queue, stomp.AckClientIndividual,
-		stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(a.Knobs.Prefetch)))
+	sub, err := conn.Subscribe(a.Queue, stomp.AckClientIndividual, prefetch(a.Knobs.Prefetch)...)
 	if err != nil {
 		return 0, fmt.Errorf("subscribing to %s: %w", a.Queue, err)
 	}

@@ -194,7 +194,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
-	a := rowArgs{Row: sp.child, Queue: queue, N: n, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(sp.name(), k, n, rep)}
+	a := rowArgs{Row: sp.child, Queue: queue, N: n, StompAddr: r.o.StompAddr, Broker: r.o.Broker, Knobs: k, CPUProfile: r.profilePath(sp.name(), k, n, rep)}
 	if isRiverRow(sp.child) {
 		a.River = &r.o.River
 	}
@@ -351,7 +351,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 		return m, err
 	}
 	defer done()
-	a := rowArgs{Row: row, Queue: queue, DBURL: db.URL, StompAddr: r.o.StompAddr, Knobs: k, CPUProfile: r.profilePath(row, k, total, rep)}
+	a := rowArgs{Row: row, Queue: queue, DBURL: db.URL, StompAddr: r.o.StompAddr, Broker: r.o.Broker, Knobs: k, CPUProfile: r.profilePath(row, k, total, rep)}
 	m.Profile = a.CPUProfile
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(rep)))

@@ -118,6 +118,8 @@ func listSubscriptions(ctx context.Context, e *env, cfg *config.Config, pool *pg
 			probe.ClientID = s.ClientID
 			inUse, err := stompx.ClientIDInUse(ctx, probe)
 			switch {
+			case errors.Is(err, stompx.ErrNoClientIDs):
+				r.State = "unknown"
 			case err != nil:
 				r.State = "unknown"
 				fmt.Fprintf(e.stderr, "inboxd subscriptions: asking the broker about client id %q: %v\n", s.ClientID, err)
@@ -160,6 +162,21 @@ func listSubscriptions(ctx context.Context, e *env, cfg *config.Config, pool *pg
 	return nil
 }
 
+// recordedDestination is the topic of a recorded durable subscription ("" if unknown):
+// RabbitMQ keys a durable subscription by its id and its destination.
+func recordedDestination(ctx context.Context, pool *pgxpool.Pool, clientID, name string) string {
+	subs, err := journal.Subscriptions(ctx, pool)
+	if err != nil {
+		return ""
+	}
+	for _, s := range subs {
+		if s.ClientID == clientID && s.Name == name {
+			return s.Destination
+		}
+	}
+	return ""
+}
+
 func removeSubscription(ctx context.Context, e *env, cfg *config.Config, pool *pgxpool.Pool, broker stompx.Config,
 	clientID, name string, force bool) error {
 	if dest := configured(cfg)[[2]string{clientID, name}]; dest != "" && !force {
@@ -168,7 +185,7 @@ func removeSubscription(ctx context.Context, e *env, cfg *config.Config, pool *p
 			"Change the configuration first, or pass -force", clientID, name, dest)
 	}
 	broker.ClientID = clientID
-	err := stompx.RemoveDurable(ctx, broker, name)
+	err := stompx.RemoveDurable(ctx, broker, name, recordedDestination(ctx, pool, clientID, name))
 	switch {
 	case errors.Is(err, stompx.ErrClientIDInUse):
 		return fmt.Errorf("client id %q is in use, most likely by a running inboxd consuming this subscription: stop it "+

@@ -115,7 +115,7 @@ func TestSubscriptionsListAndRemove(t *testing.T) {
 		t.Errorf("after remove: %+v, want removed", r)
 	}
 	// Gone on the broker too (ActiveMQ drops the messages a removed subscription held).
-	err := stompx.RemoveDurable(ctx, stompx.Config{Addr: addr, ClientID: old.ClientID}, "inboxd")
+	err := stompx.RemoveDurable(ctx, stompx.Config{Addr: addr, ClientID: old.ClientID}, "inboxd", old.Destination)
 	if err == nil || !strings.Contains(err.Error(), "no such durable subscription") {
 		t.Errorf("removing again on the broker: %v, want ErrNoSuchSubscription", err)
 	}

@@ -29,7 +29,10 @@ const (
 
 // The broker.
 const (
-	StompAddr        = "127.0.0.1:61613"
+	StompAddr = "127.0.0.1:61613"
+	// Broker is the broker's STOMP dialect: activemq, rabbitmq, or auto (detected from
+	// the CONNECTED frame's server header).
+	Broker           = "auto"
 	Destination      = "/queue/registrations"
 	ClientID         = "inboxd"
 	SubscriptionName = "inboxd"

@@ -55,6 +55,10 @@ type Config struct {
 	Passcode  string
 	HeartBeat time.Duration // 0 means stompx.DefaultHeartBeat
 	TLS       *stompx.TLS   // nil: plaintext STOMP
+	// Host is the STOMP host header (RabbitMQ's virtual host) and Broker the broker's
+	// dialect; see stompx.Config.
+	Host   string
+	Broker stompx.Broker
 
 	// Destinations to consume, one connection and subscription each, e.g. "/queue/registrations".
 	// A "/topic/…" destination gets a durable subscription (see Durable); a plain topic
@@ -76,8 +80,8 @@ type Config struct {
 	BatchSize int
 	// Linger is how long a batch waits for more messages once it has one (default defaults.BatchLinger).
 	Linger time.Duration
-	// Prefetch is sent as activemq.prefetchSize: how many unacked messages the broker
-	// may push to this subscription. It must exceed BatchSize, else batches never fill;
+	// Prefetch is how many unacked messages the broker may push to this subscription
+	// (ActiveMQ's activemq.prefetchSize, RabbitMQ's prefetch-count; stompx.Dialect). It must exceed BatchSize, else batches never fill;
 	// 0 means defaults.Prefetch, or 4×BatchSize for a batch too large for it, which lets
 	// the next batch fill while one commits.
 	Prefetch int
@@ -208,5 +212,6 @@ func (c Config) durable(dest string) (Durable, bool) {
 }
 
 func (c Config) broker() stompx.Config {
-	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, HeartBeat: c.HeartBeat, TLS: c.TLS, Logger: c.Logger}
+	return stompx.Config{Addr: c.Addr, Login: c.Login, Passcode: c.Passcode, Host: c.Host, Broker: c.Broker,
+		HeartBeat: c.HeartBeat, TLS: c.TLS, Logger: c.Logger}
 }

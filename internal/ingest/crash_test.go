@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +25,9 @@ const (
 	envHelperDB   = "INBOXD_INGEST_HELPER_DB"
 	envHelperAddr = "INBOXD_INGEST_HELPER_ADDR"
 	envHelperDest = "INBOXD_INGEST_HELPER_DEST"
-	helperMarker  = "INBOXD-HELPER-BLOCKED"
+	// envHelperAfter: block-after-commit blocks after this many batches committed (default 1).
+	envHelperAfter = "INBOXD_INGEST_HELPER_AFTER"
+	helperMarker   = "INBOXD-HELPER-BLOCKED"
 )
 
 const crashBatch = 25
@@ -47,14 +51,20 @@ func TestHelperSubscriber(t *testing.T) {
 	var h hooks
 	switch mode {
 	case "block-after-commit":
-		h.afterIngest = func(context.Context, string, journal.Result) { block() }
+		after, _ := strconv.Atoi(os.Getenv(envHelperAfter))
+		var n atomic.Int64
+		h.afterIngest = func(context.Context, string, journal.Result) {
+			if n.Add(1) >= int64(after) {
+				block()
+			}
+		}
 	case "block-before-commit":
 		h.beforeIngest = func(context.Context, string, int) { block() }
 	default:
 		t.Fatalf("unknown helper mode %q", mode)
 	}
-	s, err := New(Config{Addr: os.Getenv(envHelperAddr), Destinations: []string{os.Getenv(envHelperDest)},
-		BatchSize: crashBatch, Linger: 5 * time.Millisecond}, pool)
+	s, err := New(withBroker(Config{Addr: os.Getenv(envHelperAddr), Destinations: []string{os.Getenv(envHelperDest)},
+		BatchSize: crashBatch, Linger: 5 * time.Millisecond}), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +73,12 @@ func TestHelperSubscriber(t *testing.T) {
 }
 
 // runAndKill starts the helper in mode, waits until it blocks, and kills it with SIGKILL.
-func runAndKill(t *testing.T, mode, dbURL, addr, dest string) {
+// env adds to the helper's environment.
+func runAndKill(t *testing.T, mode, dbURL, addr, dest string, env ...string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSubscriber$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envHelperMode+"="+mode, envHelperDB+"="+dbURL, envHelperAddr+"="+addr, envHelperDest+"="+dest)
+	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -112,43 +124,91 @@ func runAndKill(t *testing.T, mode, dbURL, addr, dest string) {
 
 func TestCrashAfterCommitBeforeAck(t *testing.T) {
 	t.Parallel()
-	addr := testenv.Broker(t)
-	db := testenv.NewDB(t)
-	q := testenv.Queue(t)
-	exp := publishPlan(t, addr, q, 200, 0.2, 0.04, 21)
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		addr := b.Addr
+		db := testenv.NewDB(t)
+		q := testenv.Queue(t)
+		exp := publishPlan(t, addr, q, 200, 0.2, 0.04, 21)
 
-	runAndKill(t, "block-after-commit", db.URL, addr, q)
-	// At most the batches in flight were committed (each blocked before its ack), none acked.
-	committed := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`)
-	if max := defaults.CommitsInFlight * crashBatch; committed == 0 || committed > max {
-		t.Fatalf("after the kill, %d rows are committed; want the batches in flight (1..%d)", committed, max)
-	}
+		runAndKill(t, "block-after-commit", db.URL, addr, q)
+		// At most the batches in flight were committed (each blocked before its ack), none acked.
+		committed := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`)
+		if max := defaults.CommitsInFlight * crashBatch; committed == 0 || committed > max {
+			t.Fatalf("after the kill, %d rows are committed; want the batches in flight (1..%d)", committed, max)
+		}
 
-	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
-	r.finishExact(t, db.Pool, q, exp)
-	// The committed batch came back and collapsed: its entries count as duplicates now.
-	if dups := r.counter("duplicates", q); dups <= float64(exp.Duplicates) {
-		t.Errorf("duplicates = %v, want more than the %d published (the redelivered committed batch)", dups, exp.Duplicates)
-	}
-	assertDrained(t, addr, q)
+		r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
+		r.finishExact(t, db.Pool, q, exp)
+		// The committed batch came back and collapsed: its entries count as duplicates now.
+		if dups := r.counter("duplicates", q); dups <= float64(exp.Duplicates) {
+			t.Errorf("duplicates = %v, want more than the %d published (the redelivered committed batch)", dups, exp.Duplicates)
+		}
+		assertDrained(t, addr, q)
+	})
 }
 
 func TestCrashBeforeCommit(t *testing.T) {
 	t.Parallel()
-	addr := testenv.Broker(t)
-	db := testenv.NewDB(t)
-	q := testenv.Queue(t)
-	exp := publishPlan(t, addr, q, 200, 0.2, 0.04, 22)
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		addr := b.Addr
+		db := testenv.NewDB(t)
+		q := testenv.Queue(t)
+		exp := publishPlan(t, addr, q, 200, 0.2, 0.04, 22)
 
-	runAndKill(t, "block-before-commit", db.URL, addr, q)
-	if n := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != 0 {
-		t.Fatalf("after a kill before the first commit, %d rows exist; want 0", n)
-	}
+		runAndKill(t, "block-before-commit", db.URL, addr, q)
+		if n := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != 0 {
+			t.Fatalf("after a kill before the first commit, %d rows exist; want 0", n)
+		}
 
-	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
-	r.finishExact(t, db.Pool, q, exp)
-	if dups := r.counter("duplicates", q); dups != float64(exp.Duplicates) {
-		t.Errorf("duplicates = %v, want %d", dups, exp.Duplicates)
+		r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
+		r.finishExact(t, db.Pool, q, exp)
+		if dups := r.counter("duplicates", q); dups != float64(exp.Duplicates) {
+			t.Errorf("duplicates = %v, want %d", dups, exp.Duplicates)
+		}
+		assertDrained(t, addr, q)
+	})
+}
+
+// TestKillMidStreamExact is issue 30's bar, on each broker: 3,000 unique events, 900
+// duplicates (30%) and 30 malformed, with one kill -9 mid-stream (after 40 batches
+// committed, the last of them unacked), give exactly 3,000 journal entries, 30
+// quarantined and an empty queue.
+//
+//	CI=true go test -race -count=1 -run 'TestKillMidStreamExact/rabbitmq' ./internal/ingest/
+func TestKillMidStreamExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("publishes 3,930 messages per broker")
 	}
-	assertDrained(t, addr, q)
+	t.Parallel()
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		const unique, dups, malformed = 3000, 900, 30
+		const total = unique + dups + malformed
+		db := testenv.NewDB(t)
+		q := testenv.Queue(t)
+		exp := publishPlan(t, b.Addr, q, total, float64(dups)/total, float64(malformed)/total, 30)
+		if len(exp.IDs) != unique || exp.Duplicates != dups || exp.MalformedCount() != malformed {
+			t.Fatalf("plan: %d unique, %d duplicates, %d malformed; want %d, %d, %d",
+				len(exp.IDs), exp.Duplicates, exp.MalformedCount(), unique, dups, malformed)
+		}
+
+		runAndKill(t, "block-after-commit", db.URL, b.Addr, q, envHelperAfter+"=40")
+		mid := count(t, db.Pool, `SELECT count(*) FROM journal`) + count(t, db.Pool, `SELECT count(*) FROM quarantine`)
+		if mid == 0 || mid >= unique {
+			t.Fatalf("after the kill, %d rows are committed; want a part of the stream", mid)
+		}
+
+		r := startSubscriber(t, Config{Addr: b.Addr, Destinations: []string{q}, BatchSize: crashBatch, Linger: 5 * time.Millisecond}, db.Pool, hooks{})
+		// The killed helper acked all but its last batches, which come back: this one
+		// acks less than was sent, so only the journal says when it is done.
+		waitExact(t, db.Pool, exp, 60*time.Second)
+		r.stop(t)
+		if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != unique {
+			t.Errorf("journal holds %d entries, want %d", n, unique)
+		}
+		if n := count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != malformed {
+			t.Errorf("quarantine holds %d rows, want %d", n, malformed)
+		}
+		assertDrained(t, b.Addr, q)
+		t.Logf("%s: %d committed before the kill -9; then exactly %d journaled, %d quarantined, queue empty", b.Name, mid, unique, malformed)
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -35,9 +36,25 @@ type running struct {
 	done   chan error
 }
 
+// brokerCfg is how the tests reach the test broker at addr, in its dialect.
+func brokerCfg(addr string) stompx.Config { return stomptest.Config(addr) }
+
+// withBroker fills in cfg's login, host and broker for the test broker at cfg.Addr.
+func withBroker(cfg Config) Config {
+	if cfg.Broker == "" {
+		b := brokerCfg(cfg.Addr)
+		cfg.Broker, cfg.Host = b.Broker, b.Host
+		if cfg.Login == "" {
+			cfg.Login, cfg.Passcode = b.Login, b.Passcode
+		}
+	}
+	return cfg
+}
+
 // startSubscriber runs a Subscriber until stop or the end of the test.
 func startSubscriber(t *testing.T, cfg Config, db database.DB, h hooks) *running {
 	t.Helper()
+	cfg = withBroker(cfg)
 	m := metrics.New()
 	cfg.Metrics = m
 	if cfg.Logger == nil {
@@ -118,7 +135,7 @@ func count(t testing.TB, db database.DB, sql string, args ...any) int {
 // publish sends one persistent message and waits for the broker's receipt.
 func publish(t testing.TB, addr, dest string, body []byte, headers map[string]string) {
 	t.Helper()
-	p := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	p := stompx.NewPublisher(brokerCfg(addr), 1)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,7 +150,7 @@ func publishPlan(t testing.TB, addr, dest string, n int, dup, mal float64, seed 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	exp, err := loadgen.Publish(ctx, loadgen.Config{
-		Broker: stompx.Config{Addr: addr}, Destination: dest, Messages: n,
+		Broker: brokerCfg(addr), Destination: dest, Messages: n,
 		DuplicateRatio: dup, MalformedRatio: mal, Seed: seed, Conns: 2, ReceiptEvery: 50,
 	})
 	if err != nil {
@@ -181,7 +198,7 @@ func assertDrained(t testing.TB, addr, dest string) {
 	publish(t, addr, dest, sentinel, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := stompx.DialConn(ctx, stompx.Config{Addr: addr})
+	conn, err := stompx.DialConn(ctx, brokerCfg(addr))
 	if err != nil {
 		t.Fatal(err)
 	}

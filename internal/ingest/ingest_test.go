@@ -103,69 +103,71 @@ func TestDuplicatesCollapse(t *testing.T) {
 
 func TestBadInputIsQuarantinedAndAcked(t *testing.T) {
 	t.Parallel()
-	addr := testenv.Broker(t)
-	db := testenv.NewDB(t)
-	q := testenv.Queue(t)
-	const maxBody = 1024
-	const conflictID = "5d7e4a0c-2f0b-4c1e-8a8e-3c9f5e1d2a77"
-	first := fmt.Sprintf(`{"id":%q,"v":1}`, conflictID)
-	tests := []struct {
-		name   string
-		body   []byte
-		reason message.Reason
-	}{
-		{"not json", []byte("hello, \xff world"), message.ReasonNotJSON},
-		{"not an object", []byte(`[1,2,3]`), message.ReasonNotObject},
-		{"missing id", []byte(`{"type":"registration"}`), message.ReasonMissingID},
-		{"empty id", []byte(`{"id":""}`), message.ReasonInvalidID},
-		{"numeric id", []byte(`{"id":12345}`), message.ReasonInvalidID},
-		{"oversize", []byte(fmt.Sprintf(`{"id":"8a1e2b3c-4d5e-4f60-8a7b-8c9d0e1f2a3b","pad":%q}`, strings.Repeat("x", maxBody))), message.ReasonTooLarge},
-		{"same id, other payload", []byte(fmt.Sprintf(`{"id":%q,"v":2}`, conflictID)), message.ReasonIDConflict},
-	}
-	// The first payload of conflictID is ingested before the conflicting one.
-	publish(t, addr, q, []byte(first), nil)
-	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, MaxBodyBytes: maxBody, BatchSize: 4, Linger: time.Millisecond}, db.Pool, hooks{})
-	testenv.Eventually(t, 20*time.Second, "first payload journaled", func() bool {
-		return count(t, db.Pool, `SELECT count(*) FROM journal`) == 1
-	})
-	for _, tt := range tests {
-		publish(t, addr, q, tt.body, map[string]string{"x-test-case": tt.name})
-	}
-	testenv.Eventually(t, 20*time.Second, "all messages acked", func() bool {
-		return r.counter("acked", q) == float64(len(tests)+1)
-	})
-	r.stop(t)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			id := message.QuarantineID(tt.reason, q, tt.body)
-			var reason, detail, dest, msgID, caseHeader string
-			var body []byte
-			err := db.Pool.QueryRow(context.Background(),
-				`SELECT reason, detail, destination, message_id, coalesce(headers->>'x-test-case', ''), body FROM quarantine WHERE id = $1`, id).
-				Scan(&reason, &detail, &dest, &msgID, &caseHeader, &body)
-			if err != nil {
-				t.Fatalf("quarantine row %s (%s): %v", id, tt.reason, err)
-			}
-			if string(body) != string(tt.body) {
-				t.Errorf("body = %.60q, want the raw %.60q", body, tt.body)
-			}
-			if reason != string(tt.reason) || detail == "" || dest != q {
-				t.Errorf("reason, detail, destination = %q, %q, %q; want %q, non-empty, %q", reason, detail, dest, tt.reason, q)
-			}
-			// A conflict is found by the database, which no longer has the STOMP headers.
-			if tt.reason != message.ReasonIDConflict && (msgID == "" || caseHeader != tt.name) {
-				t.Errorf("message_id %q, header x-test-case %q: STOMP headers not kept", msgID, caseHeader)
-			}
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		addr := b.Addr
+		db := testenv.NewDB(t)
+		q := testenv.Queue(t)
+		const maxBody = 1024
+		const conflictID = "5d7e4a0c-2f0b-4c1e-8a8e-3c9f5e1d2a77"
+		first := fmt.Sprintf(`{"id":%q,"v":1}`, conflictID)
+		tests := []struct {
+			name   string
+			body   []byte
+			reason message.Reason
+		}{
+			{"not json", []byte("hello, \xff world"), message.ReasonNotJSON},
+			{"not an object", []byte(`[1,2,3]`), message.ReasonNotObject},
+			{"missing id", []byte(`{"type":"registration"}`), message.ReasonMissingID},
+			{"empty id", []byte(`{"id":""}`), message.ReasonInvalidID},
+			{"numeric id", []byte(`{"id":12345}`), message.ReasonInvalidID},
+			{"oversize", []byte(fmt.Sprintf(`{"id":"8a1e2b3c-4d5e-4f60-8a7b-8c9d0e1f2a3b","pad":%q}`, strings.Repeat("x", maxBody))), message.ReasonTooLarge},
+			{"same id, other payload", []byte(fmt.Sprintf(`{"id":%q,"v":2}`, conflictID)), message.ReasonIDConflict},
+		}
+		// The first payload of conflictID is ingested before the conflicting one.
+		publish(t, addr, q, []byte(first), nil)
+		r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, MaxBodyBytes: maxBody, BatchSize: 4, Linger: time.Millisecond}, db.Pool, hooks{})
+		testenv.Eventually(t, 20*time.Second, "first payload journaled", func() bool {
+			return count(t, db.Pool, `SELECT count(*) FROM journal`) == 1
 		})
-	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != len(tests) {
-		t.Errorf("quarantine rows = %d, want %d", n, len(tests))
-	}
-	var payload string
-	if err := db.Pool.QueryRow(context.Background(), `SELECT payload::TEXT FROM journal WHERE id = $1`, conflictID).Scan(&payload); err != nil || !strings.Contains(payload, `"v": 1`) {
-		t.Errorf("journal keeps %q (%v), want the first payload", payload, err)
-	}
-	assertDrained(t, addr, q)
+		for _, tt := range tests {
+			publish(t, addr, q, tt.body, map[string]string{"x-test-case": tt.name})
+		}
+		testenv.Eventually(t, 20*time.Second, "all messages acked", func() bool {
+			return r.counter("acked", q) == float64(len(tests)+1)
+		})
+		r.stop(t)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				id := message.QuarantineID(tt.reason, q, tt.body)
+				var reason, detail, dest, msgID, caseHeader string
+				var body []byte
+				err := db.Pool.QueryRow(context.Background(),
+					`SELECT reason, detail, destination, message_id, coalesce(headers->>'x-test-case', ''), body FROM quarantine WHERE id = $1`, id).
+					Scan(&reason, &detail, &dest, &msgID, &caseHeader, &body)
+				if err != nil {
+					t.Fatalf("quarantine row %s (%s): %v", id, tt.reason, err)
+				}
+				if string(body) != string(tt.body) {
+					t.Errorf("body = %.60q, want the raw %.60q", body, tt.body)
+				}
+				if reason != string(tt.reason) || detail == "" || dest != q {
+					t.Errorf("reason, detail, destination = %q, %q, %q; want %q, non-empty, %q", reason, detail, dest, tt.reason, q)
+				}
+				// A conflict is found by the database, which no longer has the STOMP headers.
+				if tt.reason != message.ReasonIDConflict && (msgID == "" || caseHeader != tt.name) {
+					t.Errorf("message_id %q, header x-test-case %q: STOMP headers not kept", msgID, caseHeader)
+				}
+			})
+		}
+		if n := count(t, db.Pool, `SELECT count(*) FROM quarantine`); n != len(tests) {
+			t.Errorf("quarantine rows = %d, want %d", n, len(tests))
+		}
+		var payload string
+		if err := db.Pool.QueryRow(context.Background(), `SELECT payload::TEXT FROM journal WHERE id = $1`, conflictID).Scan(&payload); err != nil || !strings.Contains(payload, `"v": 1`) {
+			t.Errorf("journal keeps %q (%v), want the first payload", payload, err)
+		}
+		assertDrained(t, addr, q)
+	})
 }
 
 // TestGracefulShutdownMidStream cancels Run while messages are flowing: Run returns nil,

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
-	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -88,17 +86,21 @@ func (s *Subscriber) runSession(ctx context.Context, dest string, prefetch int, 
 // subscribe connects and subscribes to dest, recording a durable subscription first.
 func (s *Subscriber) subscribe(ctx context.Context, dest string, prefetch int, log *slog.Logger) (*session, error) {
 	bcfg := s.cfg.broker()
-	subOpts := []func(*frame.Frame) error{stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(prefetch))}
+	var dur *stompx.Durable
 	durable, isDurable := s.cfg.durable(dest)
 	if isDurable {
+		// Sent on CONNECT whatever the broker: ActiveMQ keys the subscription by it, and
+		// RabbitMQ ignores it (its dialect puts it in the subscription id instead).
 		bcfg.ClientID = durable.ClientID
-		subOpts = append(subOpts, stomp.SubscribeOpt.Header(stompx.HeaderSubscriptionName, durable.Name))
+		dur = &stompx.Durable{ClientID: durable.ClientID, Name: durable.Name}
 		log = log.With("client_id", durable.ClientID, "subscription", durable.Name)
 	}
 	conn, err := stompx.DialConn(ctx, bcfg)
 	if err != nil {
 		return nil, err
 	}
+	// The headers come from the broker's dialect, known once CONNECTED names the server.
+	subOpts := conn.Dialect.SubscribeHeaders(prefetch, dur)
 	if isDurable {
 		// Recorded before SUBSCRIBE creates it, so that no subscription the broker keeps
 		// messages for is unknown to "inboxd subscriptions list".
@@ -157,8 +159,9 @@ const (
 
 // run runs the committer, the acker and the batcher until the session ends.
 func (se *session) run(ctx context.Context) (bool, error) {
-	se.log.Info("subscribed", "ack", string(se.cfg.AckMode), "prefetch", se.prefetch, "batch", se.cfg.BatchSize,
+	se.log.Info("subscribed", "broker", se.conn.Dialect.String(), "ack", string(se.cfg.AckMode), "prefetch", se.prefetch, "batch", se.cfg.BatchSize,
 		"durable", se.durable)
+	se.noteDialect()
 	go (&committer{session: se, writeFailed: make(chan struct{})}).run(ctx)
 	go (&acker{session: se}).run()
 	why, cur := (&batcher{session: se}).run(ctx)

@@ -44,6 +44,7 @@ type destState struct {
 	held, heldMsgs atomic.Int64 // bodies taken from the subscription and not yet acked
 	peakHeld       atomic.Int64 // the most bytes held at once, for tests
 	subscribed     atomic.Bool
+	dialectNoted   atomic.Bool  // noteDialect has run
 	since          atomic.Int64 // unix nanos: subscribed (while subscribed) or lost (while not)
 	lastCommit     atomic.Int64 // unix nanos of the last batch committed and acked
 	failures       atomic.Int64 // failed sessions since the last commit

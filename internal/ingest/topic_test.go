@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/backoff"
+	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/loadgen"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/stompx"
@@ -57,48 +58,56 @@ func (g *gate) hook(context.Context, string) {
 }
 
 // TestTopicEventsSurviveDowntime is the issue's finding: events published to a topic
-// while inboxd is stopped, and while it reconnects after a broker restart, must all be
-// journaled. A non-durable subscription (opted in) shows the loss the durable one avoids.
+// while inboxd is stopped, and while it reconnects after a broker restart (kill -9),
+// must all be journaled, on ActiveMQ and on RabbitMQ. A non-durable subscription (opted in) shows the loss the durable one avoids.
 func TestTopicEventsSurviveDowntime(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a private ActiveMQ twice")
+		t.Skip("starts a private broker twice")
 	}
 	t.Parallel()
-	broker := testenv.StartPrivateBroker(t)
-	db := testenv.NewDB(t)
-	topic := topicName()
-	cfg := durableConfig(broker.Addr, topic)
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) *testenv.PrivateBroker
+	}{{"activemq", testenv.StartPrivateBroker}, {"rabbitmq", testenv.StartPrivateRabbit}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broker := tc.start(t)
+			db := testenv.NewDB(t)
+			topic := topicName()
+			cfg := durableConfig(broker.Addr, topic)
 
-	r1 := startSubscriber(t, cfg, db.Pool, hooks{})
-	testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
-	live := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 101)
-	waitExact(t, db.Pool, live, 30*time.Second)
-	r1.stop(t)
+			r1 := startSubscriber(t, cfg, db.Pool, hooks{})
+			testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
+			live := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 101)
+			waitExact(t, db.Pool, live, 30*time.Second)
+			r1.stop(t)
 
-	stopped := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 102) // inboxd is stopped
-	g := newGate()
-	r2 := startSubscriber(t, cfg, db.Pool, hooks{beforeSubscribe: g.hook})
-	waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
+			stopped := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 102) // inboxd is stopped
+			g := newGate()
+			r2 := startSubscriber(t, cfg, db.Pool, hooks{beforeSubscribe: g.hook})
+			waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
 
-	g.armed.Store(true)
-	broker.Kill()
-	testenv.Eventually(t, 30*time.Second, "subscriber notices the dead broker", func() bool { return !r2.Ready() })
-	broker.Start()
-	select {
-	case <-g.reached:
-	case <-time.After(60 * time.Second):
-		t.Fatal("subscriber did not reconnect to the restarted broker")
+			g.armed.Store(true)
+			broker.Kill()
+			testenv.Eventually(t, 30*time.Second, "subscriber notices the dead broker", func() bool { return !r2.Ready() })
+			broker.Start()
+			select {
+			case <-g.reached:
+			case <-time.After(60 * time.Second):
+				t.Fatal("subscriber did not reconnect to the restarted broker")
+			}
+			// Connected with its client id, not subscribed yet: a non-durable subscriber would
+			// not exist on the broker now.
+			reconnecting := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 103)
+			close(g.release)
+			all := merge(live, stopped, reconnecting)
+			waitExact(t, db.Pool, all, 60*time.Second)
+			r2.stop(t)
+			t.Logf("journaled %d unique events of %d published (%d duplicates, %d malformed quarantined): "+
+				"%d while running, %d while stopped, %d while reconnecting after a broker restart",
+				len(all.IDs), all.Sent, all.Duplicates, all.MalformedCount(), live.Sent, stopped.Sent, reconnecting.Sent)
+		})
 	}
-	// Connected with its client id, not subscribed yet: a non-durable subscriber would
-	// not exist on the broker now.
-	reconnecting := publishPlan(t, broker.Addr, topic, 200, 0.2, 0.02, 103)
-	close(g.release)
-	all := merge(live, stopped, reconnecting)
-	waitExact(t, db.Pool, all, 60*time.Second)
-	r2.stop(t)
-	t.Logf("journaled %d unique events of %d published (%d duplicates, %d malformed quarantined): "+
-		"%d while running, %d while stopped, %d while reconnecting after a broker restart",
-		len(all.IDs), all.Sent, all.Duplicates, all.MalformedCount(), live.Sent, stopped.Sent, reconnecting.Sent)
 }
 
 // TestNonDurableTopicLosesEvents reproduces the issue with the explicit opt-in: what is
@@ -214,38 +223,9 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	// The consumer queue exists once subscribed: only then does the topic copy to it.
 	testenv.Eventually(t, 30*time.Second, "both subscribed", func() bool { return a.Ready() && b.Ready() })
 
-	const aggregates, perAggregate = 40, 25
-	type ev struct {
-		id, agg string
-		seq     int
-	}
-	var events []ev
-	for s := range perAggregate {
-		for g := range aggregates {
-			events = append(events, ev{id: message.NewID(), agg: fmt.Sprintf("agg-%d", g), seq: s})
-		}
-	}
-	// Every fifth event is sent again right after, as a producer retry would.
-	sent, dups := 0, 0
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	p := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
-	defer p.Close()
-	for i, e := range events {
-		body, _ := json.Marshal(map[string]any{"id": e.id, "type": "vt", "aggregateId": e.agg, "seq": e.seq})
-		h := map[string]string{"JMSXGroupID": e.agg}
-		times := 1
-		if i%5 == 0 {
-			times = 2
-		}
-		for range times {
-			if err := p.Publish(ctx, topic, body, h); err != nil {
-				t.Fatalf("publishing to %s: %v", topic, err)
-			}
-			sent++
-		}
-		dups += times - 1
-	}
+	const aggregates = 40
+	events := aggregateEvents(aggregates, 25)
+	sent, dups := publishAggregates(t, addr, topic, events)
 
 	testenv.Eventually(t, 60*time.Second, "every unique event journaled", func() bool {
 		return count(t, db.Pool, `SELECT count(*) FROM journal WHERE tag = $1`, queue) == len(events)
@@ -256,12 +236,7 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != len(events) {
 		t.Fatalf("journal holds %d rows, want exactly %d", n, len(events))
 	}
-	// Per aggregate, sequence_no order must be publish order.
-	if n := count(t, db.Pool, `SELECT count(*) FROM (
-		SELECT (payload->>'seq')::INT AS seq, lag((payload->>'seq')::INT) OVER (PARTITION BY aggregate_id ORDER BY sequence_no) AS prev
-		FROM journal) s WHERE prev IS NOT NULL AND seq <= prev`); n != 0 {
-		t.Fatalf("%d events journaled out of their aggregate's publish order", n)
-	}
+	assertAggregateOrder(t, db.Pool)
 	ra, rb := a.counter("received", queue), b.counter("received", queue)
 	if ra == 0 || rb == 0 {
 		t.Errorf("received %v and %v: both instances should have consumed", ra, rb)
@@ -270,4 +245,82 @@ func TestVirtualTopicTwoInstances(t *testing.T) {
 	b.stop(t)
 	t.Logf("published %d messages (%d unique, %d duplicates) over %d aggregates to %s; instances received %v + %v; journal exact, per-aggregate order kept",
 		sent, len(events), dups, aggregates, topic, ra, rb)
+}
+
+// TestDurableTopicAcrossRestart, on each broker: what is published to a topic while
+// inboxd is stopped is journaled once it is back. ActiveMQ keeps it for the client id
+// and subscription name; RabbitMQ for the subscription id, in the durable,
+// non-auto-delete queue that durable:true and auto-delete:false declare.
+func TestDurableTopicAcrossRestart(t *testing.T) {
+	t.Parallel()
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		db := testenv.NewDB(t)
+		topic := topicName()
+		cfg := durableConfig(b.Addr, topic)
+		r1 := startSubscriber(t, cfg, db.Pool, hooks{})
+		testenv.Eventually(t, 30*time.Second, "subscribed", r1.Ready)
+		live := publishPlan(t, b.Addr, topic, 150, 0.2, 0.02, 121)
+		waitExact(t, db.Pool, live, 30*time.Second)
+		r1.stop(t)
+
+		stopped := publishPlan(t, b.Addr, topic, 150, 0.2, 0.02, 122) // inboxd is stopped
+		r2 := startSubscriber(t, cfg, db.Pool, hooks{})
+		waitExact(t, db.Pool, merge(live, stopped), 30*time.Second)
+		r2.stop(t)
+	})
+}
+
+// aggEvent is one event of an aggregate, seq its place in the aggregate's order.
+type aggEvent struct {
+	id, agg string
+	seq     int
+}
+
+// aggregateEvents makes perAggregate events for each of aggregates aggregates,
+// interleaved as publish order: every aggregate's first, then every second, and so on.
+func aggregateEvents(aggregates, perAggregate int) []aggEvent {
+	var events []aggEvent
+	for s := range perAggregate {
+		for g := range aggregates {
+			events = append(events, aggEvent{id: message.NewID(), agg: fmt.Sprintf("agg-%d", g), seq: s})
+		}
+	}
+	return events
+}
+
+// publishAggregates publishes events in order on one connection, with JMSXGroupID set
+// to the aggregate, every fifth sent again right after, as a producer retry would. It
+// returns the messages sent and the duplicates among them.
+func publishAggregates(t *testing.T, addr, dest string, events []aggEvent) (sent, dups int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := stompx.NewPublisher(brokerCfg(addr), 1) // one connection: the broker keeps its order
+	defer p.Close()
+	for i, e := range events {
+		body, _ := json.Marshal(map[string]any{"id": e.id, "type": "vt", "aggregateId": e.agg, "seq": e.seq})
+		h := map[string]string{"JMSXGroupID": e.agg}
+		times := 1
+		if i%5 == 0 {
+			times = 2
+		}
+		for range times {
+			if err := p.Publish(ctx, dest, body, h); err != nil {
+				t.Fatalf("publishing to %s: %v", dest, err)
+			}
+			sent++
+		}
+		dups += times - 1
+	}
+	return sent, dups
+}
+
+// assertAggregateOrder checks that per aggregate, sequence_no order is publish order.
+func assertAggregateOrder(t *testing.T, db database.DB) {
+	t.Helper()
+	if n := count(t, db, `SELECT count(*) FROM (
+		SELECT (payload->>'seq')::INT AS seq, lag((payload->>'seq')::INT) OVER (PARTITION BY aggregate_id ORDER BY sequence_no) AS prev
+		FROM journal) s WHERE prev IS NOT NULL AND seq <= prev`); n != 0 {
+		t.Fatalf("%d events journaled out of their aggregate's publish order", n)
+	}
 }

@@ -17,9 +17,13 @@ var ErrInvalidDestination = errors.New("invalid destination")
 // an ActiveMQ composite destination (one publish, several destinations), '*' and '>'
 // are wildcards, and either would copy a message somewhere nobody named.
 // https://activemq.apache.org/components/classic/documentation/composite-destinations
+//
+// RabbitMQ's /amq/queue/<name> (a queue declared outside STOMP) is accepted too, by the
+// same rule (https://www.rabbitmq.com/docs/stomp, "Destinations"); ActiveMQ would take
+// it for a queue of that odd name.
 func CheckDestination(d string) error {
 	name, ok := "", false
-	for _, p := range []string{"/queue/", "/topic/"} {
+	for _, p := range []string{"/queue/", "/topic/", "/amq/queue/"} {
 		if len(d) > len(p) && d[:len(p)] == p {
 			name, ok = d[len(p):], true
 		}
@@ -30,7 +34,7 @@ func CheckDestination(d string) error {
 		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-'
 	}
 	if !ok {
-		return fmt.Errorf("%w: %q must be /queue/<name> or /topic/<name>, the name at most %d letters, digits or _.:- "+
+		return fmt.Errorf("%w: %q must be /queue/<name>, /topic/<name> or /amq/queue/<name>, the name at most %d letters, digits or _.:- "+
 			"(no commas or wildcards: ActiveMQ would deliver to several destinations)", ErrInvalidDestination, Truncate(d, 80), MaxDestinationName)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 // Test headers: the message's group and its place in the group's emit order.
@@ -68,7 +69,7 @@ func consumeOrdered(t *testing.T, addr, dest string) *orderLog {
 	t.Helper()
 	l := newOrderLog()
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := stompx.Dial(ctx, stompx.Config{Addr: addr})
+	conn, err := stompx.Dial(ctx, stomptest.Config(addr))
 	if err != nil {
 		cancel()
 		t.Fatalf("dialing %s: %v", addr, err)
@@ -114,7 +115,7 @@ func TestGroupOrderEmittedInOneTransaction(t *testing.T) {
 			dest := testenv.Queue(t)
 			ctx := context.Background()
 			got := consumeOrdered(t, addr, dest)
-			pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
+			pub := stompx.NewPublisher(stomptest.Config(addr), 4)
 			t.Cleanup(func() { _ = pub.Close() })
 			runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
 

@@ -19,6 +19,7 @@ import (
 	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 func TestValidate(t *testing.T) {
@@ -126,7 +127,7 @@ func consume(t *testing.T, addr, dest string) *received {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			conn, err := stompx.Dial(ctx, stompx.Config{Addr: addr})
+			conn, err := stompx.Dial(ctx, stomptest.Config(addr))
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
@@ -209,107 +210,111 @@ func contains(s []string, v string) bool {
 // reaches the broker at least once, under its own id.
 func TestEmitOneRowPerCommitAtLeastOneMessage(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDB(t)
-	addr := testenv.Broker(t)
-	dest := testenv.Queue(t)
-	ctx := context.Background()
-	got := consume(t, addr, dest)
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		db := testenv.NewDB(t)
+		addr := b.Addr
+		dest := testenv.Queue(t)
+		ctx := context.Background()
+		got := consume(t, addr, dest)
 
-	ids := emit(t, db.Pool, dest, 50)
-	for range 10 { // rolled back: nothing must be written or sent
-		tx, err := db.Pool.Begin(ctx)
+		ids := emit(t, db.Pool, dest, 50)
+		for range 10 { // rolled back: nothing must be written or sent
+			tx, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Emit(ctx, tx, Outgoing{Destination: dest, Body: []byte("rolled back")}); err != nil {
+				t.Fatal(err)
+			}
+			_ = tx.Rollback(ctx)
+		}
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := Emit(ctx, tx, Outgoing{ID: ids[0], Destination: dest}); !errors.Is(err, ErrDuplicateID) {
+				return fmt.Errorf("duplicate id: got %v, want ErrDuplicateID", err)
+			}
+			if _, err := Emit(ctx, tx, Outgoing{Destination: "/queue/a,/queue/b"}); !errors.Is(err, ErrInvalid) {
+				return fmt.Errorf("invalid destination: got %v, want ErrInvalid", err)
+			}
+			id, err := Emit(ctx, tx, Outgoing{Destination: dest, Body: []byte("after a refusal")})
+			ids = append(ids, id)
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Emit(ctx, tx, Outgoing{Destination: dest, Body: []byte("rolled back")}); err != nil {
-			t.Fatal(err)
+		if n := count(t, db.Pool, `SELECT count(*) FROM outbox`); n != len(ids) {
+			t.Fatalf("outbox rows = %d, want one per committed emit: %d", n, len(ids))
 		}
-		_ = tx.Rollback(ctx)
-	}
-	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := Emit(ctx, tx, Outgoing{ID: ids[0], Destination: dest}); !errors.Is(err, ErrDuplicateID) {
-			return fmt.Errorf("duplicate id: got %v, want ErrDuplicateID", err)
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("id %s emitted twice", id)
+			}
+			seen[id] = true
 		}
-		if _, err := Emit(ctx, tx, Outgoing{Destination: "/queue/a,/queue/b"}); !errors.Is(err, ErrInvalid) {
-			return fmt.Errorf("invalid destination: got %v, want ErrInvalid", err)
-		}
-		id, err := Emit(ctx, tx, Outgoing{Destination: dest, Body: []byte("after a refusal")})
-		ids = append(ids, id)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM outbox`); n != len(ids) {
-		t.Fatalf("outbox rows = %d, want one per committed emit: %d", n, len(ids))
-	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			t.Fatalf("id %s emitted twice", id)
-		}
-		seen[id] = true
-	}
 
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
-	t.Cleanup(func() { _ = pub.Close() })
-	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
-	testenv.Eventually(t, 30*time.Second, "every row sent and received", func() bool {
-		d, _, _ := got.get()
-		return d == len(ids) && count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+		pub := stompx.NewPublisher(stomptest.Config(addr), 1)
+		t.Cleanup(func() { _ = pub.Close() })
+		runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
+		testenv.Eventually(t, 30*time.Second, "every row sent and received", func() bool {
+			d, _, _ := got.get()
+			return d == len(ids) && count(t, db.Pool, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+		})
+		dups := checkAllReceived(t, got, ids)
+		t.Logf("%d rows, %d distinct messages received, %d duplicates", len(ids), len(ids), dups)
+		row, ok, err := Get(ctx, db.Pool, ids[0])
+		if err != nil || !ok || row.SentAt == nil || row.Headers["event-type"] != "test" {
+			t.Fatalf("row %s: %+v %v %v", ids[0], row, ok, err)
+		}
 	})
-	dups := checkAllReceived(t, got, ids)
-	t.Logf("%d rows, %d distinct messages received, %d duplicates", len(ids), len(ids), dups)
-	row, ok, err := Get(ctx, db.Pool, ids[0])
-	if err != nil || !ok || row.SentAt == nil || row.Headers["event-type"] != "test" {
-		t.Fatalf("row %s: %+v %v %v", ids[0], row, ok, err)
-	}
 }
 
 // A crash after the emitting commit, before the relay ran, loses nothing: the row is
 // in the table and the next relay publishes it. So does a relay that died holding a
 // claim: the row is published once its lease passes.
 func TestEmitThenCrashBeforeRelay(t *testing.T) {
-	db := testenv.NewDB(t)
-	addr := testenv.Broker(t)
-	dest := testenv.Queue(t)
-	ctx := context.Background()
+	testenv.EachBroker(t, func(t *testing.T, b testenv.BrokerEnv) {
+		db := testenv.NewDB(t)
+		addr := b.Addr
+		dest := testenv.Queue(t)
+		ctx := context.Background()
 
-	ids := emit(t, db.Pool, dest, 20)
-	// A relay "process" that claimed half the rows and died before publishing: its
-	// claims stay leased, with no one to release them.
-	dying := NewRelay(db.Pool, nil, Config{BatchSize: 10, Lease: 2 * time.Second}, nil, nil)
-	claimedRows, err := dying.claim(ctx)
-	if err != nil || len(claimedRows) != 10 {
-		t.Fatalf("claim: %d rows, %v", len(claimedRows), err)
-	}
-	// "Restart": a new pool, as a new process would have.
-	pool2, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool2.Close)
-	if n := count(t, pool2, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`); n != 20 {
-		t.Fatalf("unsent rows after the crash = %d, want 20", n)
-	}
+		ids := emit(t, db.Pool, dest, 20)
+		// A relay "process" that claimed half the rows and died before publishing: its
+		// claims stay leased, with no one to release them.
+		dying := NewRelay(db.Pool, nil, Config{BatchSize: 10, Lease: 2 * time.Second}, nil, nil)
+		claimedRows, err := dying.claim(ctx)
+		if err != nil || len(claimedRows) != 10 {
+			t.Fatalf("claim: %d rows, %v", len(claimedRows), err)
+		}
+		// "Restart": a new pool, as a new process would have.
+		pool2, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool2.Close)
+		if n := count(t, pool2, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`); n != 20 {
+			t.Fatalf("unsent rows after the crash = %d, want 20", n)
+		}
 
-	got := consume(t, addr, dest)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
-	t.Cleanup(func() { _ = pub.Close() })
-	start := time.Now()
-	runRelay(t, pool2, pub, Config{PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second})
-	testenv.Eventually(t, 10*time.Second, "the unclaimed half published", func() bool {
-		d, _, _ := got.get()
-		return d >= 10
+		got := consume(t, addr, dest)
+		pub := stompx.NewPublisher(stomptest.Config(addr), 4)
+		t.Cleanup(func() { _ = pub.Close() })
+		start := time.Now()
+		runRelay(t, pool2, pub, Config{PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second})
+		testenv.Eventually(t, 10*time.Second, "the unclaimed half published", func() bool {
+			d, _, _ := got.get()
+			return d >= 10
+		})
+		testenv.Eventually(t, 30*time.Second, "the dead relay's claims published after their lease", func() bool {
+			d, _, _ := got.get()
+			return d == 20 && count(t, pool2, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
+		})
+		if waited := time.Since(start); waited < time.Second {
+			t.Errorf("leased rows published after %s, before their lease passed", waited)
+		}
+		checkAllReceived(t, got, ids)
 	})
-	testenv.Eventually(t, 30*time.Second, "the dead relay's claims published after their lease", func() bool {
-		d, _, _ := got.get()
-		return d == 20 && count(t, pool2, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`) == 0
-	})
-	if waited := time.Since(start); waited < time.Second {
-		t.Errorf("leased rows published after %s, before their lease passed", waited)
-	}
-	checkAllReceived(t, got, ids)
 }
 
 // recorder counts publishes per row and publishes of a row while another is in flight.
@@ -333,7 +338,7 @@ func TestTwoRelaysOneDatabase(t *testing.T) {
 	// One recorder for both relays, so overlaps across them show; each has its own connection.
 	shared := &sharedRecorder{rec: rec, pubs: map[int]Publisher{}}
 	for i := range 2 {
-		p := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
+		p := stompx.NewPublisher(stomptest.Config(addr), 4)
 		shared.pubs[i] = p
 		t.Cleanup(func() { _ = p.Close() })
 	}
@@ -470,7 +475,7 @@ func TestNotifyWakesRelay(t *testing.T) {
 	db := testenv.NewDB(t)
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	pub := stompx.NewPublisher(stomptest.Config(addr), 1)
 	t.Cleanup(func() { _ = pub.Close() })
 	n := notifier.New(db.Pool.Config().ConnConfig, nil)
 	testenv.Start(t, 5*time.Second, n.Run)
@@ -530,7 +535,7 @@ func TestPoisonRowDoesNotBlock(t *testing.T) {
 	}
 	ids := emit(t, db.Pool, dest, 5)
 	got := consume(t, addr, dest)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	pub := stompx.NewPublisher(stomptest.Config(addr), 1)
 	t.Cleanup(func() { _ = pub.Close() })
 	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
 	testenv.Eventually(t, 30*time.Second, "the good rows published", func() bool {
@@ -577,7 +582,7 @@ func TestRelayThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := consume(t, addr, dest)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 4)
+	pub := stompx.NewPublisher(stomptest.Config(addr), 4)
 	t.Cleanup(func() { _ = pub.Close() })
 	start := time.Now()
 	runRelay(t, db.Pool, pub, Config{PollInterval: 50 * time.Millisecond})
@@ -600,7 +605,7 @@ func TestGaugesShowDrainedOutbox(t *testing.T) {
 	addr := testenv.Broker(t)
 	dest := testenv.Queue(t)
 	consume(t, addr, dest)
-	pub := stompx.NewPublisher(stompx.Config{Addr: addr}, 1)
+	pub := stompx.NewPublisher(stomptest.Config(addr), 1)
 	t.Cleanup(func() { _ = pub.Close() })
 	m := metrics.New()
 	r := NewRelay(db.Pool, pub, Config{PollInterval: time.Hour}, m, nil)

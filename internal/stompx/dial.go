@@ -44,8 +44,12 @@ type Config struct {
 	Addr     string // host:port of the STOMP connector
 	Login    string
 	Passcode string
-	// Host is the STOMP host header (the virtual host); empty means the host part of Addr.
+	// Host is the STOMP host header: RabbitMQ's virtual host. Empty means
+	// Broker.DefaultHost: "/" for RabbitMQ, else the host part of Addr.
 	Host string
+	// Broker says which broker's dialect to speak; "" or BrokerAuto detects it from the
+	// CONNECTED frame's server header (Conn.Dialect).
+	Broker Broker
 	// HeartBeat is both the send and the expected receive interval; 0 means
 	// DefaultHeartBeat, negative disables heart-beats.
 	HeartBeat time.Duration
@@ -77,10 +81,11 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Broker == "" {
+		c.Broker = BrokerAuto
+	}
 	if c.Host == "" {
-		if h, _, err := net.SplitHostPort(c.Addr); err == nil {
-			c.Host = h
-		}
+		c.Host = c.Broker.DefaultHost(c.Addr)
 	}
 	return c
 }
@@ -91,6 +96,8 @@ func (c Config) withDefaults() Config {
 type Conn struct {
 	*stomp.Conn
 	raw net.Conn
+	// Dialect is the broker's: configured, or detected from the CONNECTED frame.
+	Dialect Dialect
 }
 
 // Abort closes the socket without a DISCONNECT. go-stomp's loops see EOF, fail pending
@@ -235,7 +242,7 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, err)
 	}
-	return &Conn{Conn: sc, raw: raw}, nil
+	return &Conn{Conn: sc, raw: raw, Dialect: DialectOf(cfg.Broker, sc.Server())}, nil
 }
 
 // slogAdapter routes go-stomp's logging to slog. go-stomp logs an ERROR frame at

@@ -1,7 +1,9 @@
-// Package stompx connects inboxd to its STOMP broker (ActiveMQ Classic) with
-// go-stomp/stomp/v3, and adds what that library leaves to its callers: dialing that
-// honors a context, heart-beats tuned for ActiveMQ, and a Publisher whose sends are
-// confirmed by a broker RECEIPT. Reconnects wait by internal/backoff.
+// Package stompx connects inboxd to its STOMP broker (ActiveMQ Classic, or RabbitMQ's
+// STOMP plugin) with go-stomp/stomp/v3, and adds what that library leaves to its
+// callers: dialing that honors a context, heart-beats tuned for ActiveMQ, and a
+// Publisher whose sends are confirmed by a broker RECEIPT. Reconnects wait by
+// internal/backoff. Where the brokers differ (prefetch, durable topic subscriptions,
+// client ids, the virtual host), Dialect says how, in dialect.go alone.
 //
 // DialConn is the one way inboxd reaches the broker (ingest, the publisher, /readyz,
 // inboxd publish), so TLS (stomp+ssl, see LoadTLS) applies to all of them alike, with

@@ -54,12 +54,19 @@ func IsTopic(destination string) bool { return strings.HasPrefix(destination, "/
 // connection.
 const removeVia = "/topic/inboxd.subscriptions.remove"
 
-// RemoveDurable deletes the durable subscription name of client id cfg.ClientID, with
-// every message it holds. It connects with that client id, so it fails with
-// ErrClientIDInUse while a consumer (an inboxd instance) is attached; the broker would
-// refuse to delete an active subscription anyway. A missing subscription gives
-// ErrNoSuchSubscription.
-func RemoveDurable(ctx context.Context, cfg Config, name string) error {
+// RemoveDurable deletes the durable subscription name of client id cfg.ClientID on
+// topic destination, with every message it holds.
+//
+// On ActiveMQ it connects with that client id, so it fails with ErrClientIDInUse while a
+// consumer (an inboxd instance) is attached; the broker would refuse to delete an
+// active subscription anyway. A missing subscription gives ErrNoSuchSubscription.
+//
+// On RabbitMQ the subscription is the queue of its SUBSCRIBE id and destination, and it
+// is deleted by an UNSUBSCRIBE of that id with the durable and auto-delete headers it
+// was made with (https://www.rabbitmq.com/docs/stomp, "Deleting a Durable
+// Subscription"). RabbitMQ deletes it even while an instance consumes it, and a missing
+// one is made and deleted at once: callers check first.
+func RemoveDurable(ctx context.Context, cfg Config, name, destination string) error {
 	if cfg.ClientID == "" || name == "" {
 		return errors.New("removing a durable subscription needs a client id and a subscription name")
 	}
@@ -68,6 +75,9 @@ func RemoveDurable(ctx context.Context, cfg Config, name string) error {
 		return err
 	}
 	defer conn.Abort()
+	if conn.Dialect.Broker() == BrokerRabbitMQ {
+		return removeRabbitDurable(conn, Durable{ClientID: cfg.ClientID, Name: name}, destination)
+	}
 	sub, err := conn.Subscribe(removeVia, stomp.AckAuto)
 	if err != nil {
 		return fmt.Errorf("%w: preparing the removal: %w", ErrUnavailable, err)
@@ -92,6 +102,26 @@ func RemoveDurable(ctx context.Context, cfg Config, name string) error {
 	return conn.Close()
 }
 
+func removeRabbitDurable(conn *Conn, dur Durable, destination string) error {
+	if !IsTopic(destination) {
+		return fmt.Errorf("removing durable subscription %q of client id %q: destination %q is not a topic", dur.Name, dur.ClientID, destination)
+	}
+	// go-stomp sends UNSUBSCRIBE only for a subscription of its own: attach with the
+	// same id first. Nothing is acked, so whatever arrives meanwhile goes with the queue.
+	sub, err := conn.Subscribe(destination, stomp.AckClient, conn.Dialect.SubscribeHeaders(1, &dur)...)
+	if err != nil {
+		return fmt.Errorf("%w: preparing the removal: %w", ErrUnavailable, err)
+	}
+	if err := sub.Unsubscribe(stomp.SubscribeOpt.Header("durable", "true"), stomp.SubscribeOpt.Header("auto-delete", "false")); err != nil {
+		return fmt.Errorf("%w: removing durable subscription %q of client id %q: %w", ErrUnavailable, dur.Name, dur.ClientID, err)
+	}
+	return conn.Close()
+}
+
+// ErrNoClientIDs is ClientIDInUse's answer on a broker without exclusive client ids
+// (RabbitMQ): whether an instance consumes a subscription cannot be asked that way.
+var ErrNoClientIDs = errors.New("the broker has no exclusive client ids (RabbitMQ): whether a subscription is consumed cannot be asked over STOMP")
+
 // ClientIDInUse reports whether a connection currently holds cfg.ClientID, by trying to
 // connect with it. A connection that succeeds is closed at once.
 func ClientIDInUse(ctx context.Context, cfg Config) (bool, error) {
@@ -102,6 +132,9 @@ func ClientIDInUse(ctx context.Context, cfg Config) (bool, error) {
 	}
 	if err != nil {
 		return false, err
+	}
+	if !conn.Dialect.ExclusiveClientID() {
+		return false, errors.Join(ErrNoClientIDs, conn.Close())
 	}
 	return false, conn.Close()
 }

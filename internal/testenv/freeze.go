@@ -36,18 +36,7 @@ func StartFreezeProxy(t testing.TB, target string) *FreezeProxy {
 	thawed := make(chan struct{})
 	close(thawed)
 	p := &FreezeProxy{Addr: ln.Addr().String(), target: target, ln: ln, thawed: thawed, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !p.track(c) {
-				return
-			}
-			p.wg.Go(func() { p.serve(c) })
-		}
-	})
+	acceptLoop(&p.wg, ln, p.track, p.serve)
 	t.Cleanup(p.close)
 	return p
 }

@@ -50,18 +50,7 @@ func StartLimitProxy(t testing.TB, target string, limit int) *LimitProxy {
 		t.Fatalf("limit proxy: %v", err)
 	}
 	p := &LimitProxy{Addr: ln.Addr().String(), limit: limit, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !p.track(c) {
-				return
-			}
-			p.wg.Go(func() { p.serve(c) })
-		}
-	})
+	acceptLoop(&p.wg, ln, p.track, p.serve)
 	t.Cleanup(p.close)
 	return p
 }
@@ -302,4 +291,21 @@ func iBytes(n int) string {
 		return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[exp])
 	}
 	return fmt.Sprintf("%.0f %ciB", v, "KMGTPE"[exp])
+}
+
+// acceptLoop accepts a test proxy's connections until its listener closes (or track
+// refuses one, the proxy closing), and serves each on wg, which the proxy's close waits for.
+func acceptLoop(wg *sync.WaitGroup, ln net.Listener, track func(net.Conn) bool, serve func(net.Conn)) {
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !track(c) {
+				return
+			}
+			wg.Go(func() { serve(c) })
+		}
+	})
 }

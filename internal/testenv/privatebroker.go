@@ -30,6 +30,10 @@ type PrivateBroker struct {
 	base string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
+	// command builds the broker's launch command: ActiveMQ's (activemqCommand) unless
+	// set, as StartPrivateRabbit sets it.
+	command func() (*exec.Cmd, error)
+	name    string // "activemq" or "rabbitmq", for messages
 }
 
 // StartPrivateBroker starts a private ActiveMQ (configured from scripts/activemq.xml,
@@ -172,9 +176,9 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// Start launches the broker (as scripts/services.sh does, with `activemq console`) and
-// waits for its STOMP port. The process runs as user activemq in a process group of its
-// own, so Kill reaches the JVM and nothing else.
+// Start launches the broker (as scripts/services.sh does) and waits for its STOMP port.
+// The process runs in a process group of its own, so Kill reaches the broker's VM and
+// nothing else.
 func (b *PrivateBroker) Start() {
 	b.t.Helper()
 	b.mu.Lock()
@@ -182,31 +186,22 @@ func (b *PrivateBroker) Start() {
 	if b.cmd != nil {
 		b.t.Fatal("private broker already running")
 	}
-	uid, gid := activemqUser(b.t)
+	command := b.command
+	if command == nil {
+		command = b.activemqCommand
+	}
+	cmd, err := command()
+	if err != nil {
+		b.t.Fatal(err)
+	}
 	logf, err := os.OpenFile(filepath.Join(b.base, "console.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command("activemq", "console", "xbean:file:"+filepath.Join(b.base, "conf", "activemq.xml"))
-	cmd.Dir = b.base
-	cmd.Env = append(os.Environ(),
-		"HOME="+b.base,
-		"ACTIVEMQ_BASE="+b.base,
-		"ACTIVEMQ_CONF="+filepath.Join(b.base, "conf"),
-		"ACTIVEMQ_DATA="+filepath.Join(b.base, "data"),
-		"ACTIVEMQ_TMP="+filepath.Join(b.base, "tmp"),
-		// The default pid file is /run/activemq.pid, which the shared broker may own.
-		"ACTIVEMQ_PIDFILE="+filepath.Join(b.base, "activemq.pid"),
-		"ACTIVEMQ_USER=activemq",
-	)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:    true,
-		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
-	}
 	if err := cmd.Start(); err != nil {
-		b.t.Fatalf("starting private activemq: %v", err)
+		b.t.Fatalf("starting private %s: %v", b.kind(), err)
 	}
 	b.cmd = cmd
 	deadline := time.Now().Add(90 * time.Second)
@@ -219,7 +214,7 @@ func (b *PrivateBroker) Start() {
 			}
 			if time.Now().After(deadline) {
 				out, _ := os.ReadFile(filepath.Join(b.base, "console.log"))
-				b.t.Fatalf("private activemq did not open %s within 90s; console:\n%s", addr, tail(string(out), 3000))
+				b.t.Fatalf("private %s did not open %s within 90s; console:\n%s", b.kind(), addr, tail(string(out), 3000))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -247,12 +242,42 @@ func (b *PrivateBroker) Kill() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		time.Sleep(50 * time.Millisecond)
 	}
-	b.t.Errorf("private activemq (process group %d) still alive 30s after SIGKILL", pgid)
+	b.t.Errorf("private %s (process group %d) still alive 30s after SIGKILL", b.kind(), pgid)
 }
 
 // String names the broker in test logs.
 func (b *PrivateBroker) String() string {
-	return fmt.Sprintf("private activemq at %s (%s)", b.Addr, b.base)
+	return fmt.Sprintf("private %s at %s (%s)", b.kind(), b.Addr, b.base)
+}
+
+func (b *PrivateBroker) kind() string {
+	if b.name == "" {
+		return "activemq"
+	}
+	return b.name
+}
+
+// activemqCommand is `activemq console` as scripts/services.sh runs it, as user
+// activemq in a process group of its own.
+func (b *PrivateBroker) activemqCommand() (*exec.Cmd, error) {
+	uid, gid := activemqUser(b.t)
+	cmd := exec.Command("activemq", "console", "xbean:file:"+filepath.Join(b.base, "conf", "activemq.xml"))
+	cmd.Dir = b.base
+	cmd.Env = append(os.Environ(),
+		"HOME="+b.base,
+		"ACTIVEMQ_BASE="+b.base,
+		"ACTIVEMQ_CONF="+filepath.Join(b.base, "conf"),
+		"ACTIVEMQ_DATA="+filepath.Join(b.base, "data"),
+		"ACTIVEMQ_TMP="+filepath.Join(b.base, "tmp"),
+		// The default pid file is /run/activemq.pid, which the shared broker may own.
+		"ACTIVEMQ_PIDFILE="+filepath.Join(b.base, "activemq.pid"),
+		"ACTIVEMQ_USER=activemq",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:    true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
+	}
+	return cmd, nil
 }
 
 func tail(s string, n int) string {
