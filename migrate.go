@@ -22,8 +22,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 	if err != nil {
 		return fmt.Errorf("inboxd: migrating: %w", err)
 	}
-	_, err = migrate(ctx, pool, dialect, migrateOptionsOf(opts).retention, nil)
-	return err
+	if _, err := migrate(ctx, pool, dialect, migrateOptionsOf(opts).retention, nil); err != nil {
+		return fmt.Errorf("inboxd: %w", err)
+	}
+	return nil
 }
 
 // migrate is the migrating step, Migrate's and Run's with MigrateAtStart alike: the
@@ -32,7 +34,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 func migrate(ctx context.Context, pool *pgxpool.Pool, dialect database.Dialect, r feed.Retention, log *slog.Logger) ([]string, error) {
 	applied, err := schema.Migrate(ctx, pool)
 	if err != nil {
-		return applied, fmt.Errorf("inboxd: migrating: %w", err)
+		return applied, fmt.Errorf("migrating: %w", err)
 	}
 	if !dialect.RowTTL() {
 		return applied, nil // PostgreSQL: Run deletes expired rows itself
@@ -44,7 +46,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, dialect database.Dialect, 
 		}
 	}
 	if err != nil {
-		return applied, fmt.Errorf("inboxd: setting retention: %w", err)
+		return applied, fmt.Errorf("setting retention: %w", err)
 	}
 	return applied, nil
 }

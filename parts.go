@@ -57,7 +57,7 @@ func (c assembly) schema(ctx context.Context, dialect database.Dialect) error {
 		c.log.Info("applied migration", "name", name)
 	}
 	if err != nil {
-		return fmt.Errorf("migrating at start: %w", err)
+		return fmt.Errorf("at start: %w", err)
 	}
 	return nil
 }
