@@ -47,6 +47,11 @@
 // inboxd_process_outcomes_total{outcome="conflict"} grows, or when handlers are slow
 // (a batch holds its rows' locks until its last handler ends).
 //
+// The code reads in the order of a batch's stages: batch.go has the entry points
+// (ProcessBatch, ProcessDue) and the transaction around a batch, which claims its
+// events (claim.go), runs their handlers (run.go), records the outcomes (record.go),
+// and commits; then the aggregates move on to their next events (chain.go).
+//
 // # Recoverability
 //
 // A failing handler is retried at once, in the same transaction, up to

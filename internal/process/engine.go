@@ -1,16 +1,10 @@
 package process
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -130,15 +124,11 @@ type Engine struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 	sem chan struct{}
-	// tracer makes one span per event processed (trace.go).
+	// tracer makes one span per event processed (run.go).
 	tracer trace.Tracer
 
 	wake *waker // Kick: work was journaled
 }
-
-// maxChain bounds how many successors one delivery processes inline; anything left
-// is found by later deliveries or by the sweeper.
-const maxChain = 1000
 
 // New builds an engine. m and log may be nil.
 func New(db *pgxpool.Pool, reg *Registry, cfg Config, m *metrics.Metrics, log *slog.Logger) *Engine {
@@ -160,257 +150,58 @@ func New(db *pgxpool.Pool, reg *Registry, cfg Config, m *metrics.Metrics, log *s
 // Registry returns the engine's handler registry.
 func (e *Engine) Registry() *Registry { return e.reg }
 
-// policy is the recoverability policy of an event type: its own fields, the engine's
-// for the rest.
-func (e *Engine) policy(eventType string) RetryPolicy {
-	p, _ := e.reg.retryPolicy(eventType)
-	return p.Or(e.cfg.retryPolicy())
+// Kick tells the engine's workers (Sweeper.Run) that new entries were journaled, so
+// that they process them soon (Config.KickLinger) instead of at their next interval:
+// the push that replaces a changefeed on PostgreSQL. It never blocks.
+func (e *Engine) Kick() { e.wake.kick() }
+
+// waker lets workers wait for new work. A kick wakes one waiting worker (kicks
+// coalesce while none is waiting); a worker that finds a full batch kicks the next, so
+// the number of busy workers follows the backlog instead of every ingest commit waking
+// them all for a handful of events.
+//
+// A kick from outside (Engine.Kick: an ingest commit, a NOTIFY) wakes a worker only
+// linger after it, and the kicks of that time join it: at a moderate rate each ingest
+// commit carries a few events, and a processing transaction per commit cost several
+// times the database and CPU per event of a saturated run (issue 29). A worker handing
+// on to the next (kickNow) does not wait.
+type waker struct {
+	ch     chan struct{}
+	linger time.Duration
+	mu     sync.Mutex
+	timer  *time.Timer // pending: a kick waits for linger to end
 }
 
-// outcome maps a handler's result to the event's outcome.
-func (e *Engine) outcome(ev Event, herr error) Outcome {
-	switch {
-	case herr == nil:
-		return OutcomeProcessed
-	case errors.Is(herr, ErrRejected):
-		return OutcomeRejected
-	case ev.Attempt >= e.policy(ev.Type).MaxAttempts:
-		return OutcomeDead
+func newWaker(linger time.Duration) *waker {
+	return &waker{ch: make(chan struct{}, 1), linger: linger}
+}
+
+func (w *waker) C() <-chan struct{} { return w.ch }
+
+// kickNow wakes a waiting worker now.
+func (w *waker) kickNow() {
+	select {
+	case w.ch <- struct{}{}:
 	default:
-		return OutcomeFailed
 	}
 }
 
-// recordTimeout records the failed attempt of a handler that overran its deadline, in
-// a transaction of its own (the handler's was abandoned).
-func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
-	out, err := e.recordAlone(ctx, ev, e.outcome(ev, herr), herr)
-	if err != nil {
-		return "", fmt.Errorf("recording the timeout: %w", err)
+// kick wakes a waiting worker once linger has passed since the first kick not yet
+// delivered.
+func (w *waker) kick() {
+	if w.linger <= 0 {
+		w.kickNow()
+		return
 	}
-	return out, nil
-}
-
-// recordAlone records the outcome of one attempt (not PROCESSED: its effects were in a
-// transaction that is gone) in a transaction of its own. When the database refuses the
-// outcome for a deterministic reason, the attempt is recorded again with a fixed
-// message instead of the handler's text, so that it is recorded at all: otherwise the
-// event would stay pending with 0 attempts and its batch would re-run forever. The
-// status stays (a REJECTED or DEAD event does not turn into a retry loop). The attempts
-// check makes it a no-op when the entry moved on meanwhile.
-func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
-	rec := journal.Outcome{ID: ev.ID, Status: out.Status(), Error: herr.Error(), Runs: 1}
-	if to := (*timeoutError)(nil); errors.As(herr, &to) {
-		rec.StartedAt, rec.Took = time.Now().Add(-to.after), to.after
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		return // joins the kick under way
 	}
-	if out == OutcomeFailed {
-		rec.Backoff = e.policy(ev.Type).Backoff(ev.Attempt)
-	}
-	got, err := e.recordInOwnTx(ctx, ev, out, rec)
-	if err == nil || journal.IsUnavailable(err) || ctx.Err() != nil {
-		return got, err
-	}
-	e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
-		"id", ev.ID, "type", e.reg.MetricLabel(ev.Type), "attempt", ev.Attempt, "error", err, "handler_error", herr)
-	rec.Error = unstorableMessage(err)
-	return e.recordInOwnTx(ctx, ev, out, rec)
-}
-
-func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec journal.Outcome) (Outcome, error) {
-	got := OutcomeNoop
-	err := executeTx(ctx, e.db, e.txOptions(), func(tx pgx.Tx) error {
-		got = OutcomeNoop
-		if err := e.setTimeouts(ctx, tx); err != nil {
-			return err
-		}
-		p, found, err := journal.LockPending(ctx, tx, ev.ID)
-		if err != nil || !found || p.Attempts != ev.Attempt-1 {
-			return err
-		}
-		got = out
-		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
-			return err
-		}
-		_, err = e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
-		return err
+	w.timer = time.AfterFunc(w.linger, func() {
+		w.mu.Lock()
+		w.timer = nil
+		w.mu.Unlock()
+		w.kickNow()
 	})
-	return got, err
 }
-
-// unstorableMessage is what last_error says when the handler's text was refused: fixed
-// text and the SQLSTATE, nothing that came from the handler.
-func unstorableMessage(err error) string {
-	code := "unknown"
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && strings.Trim(pgErr.Code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
-		code = pgErr.Code
-	}
-	return "inboxd: the outcome of this attempt could not be stored (SQLSTATE " + code + "); the handler's error is in inboxd's log"
-}
-
-// txAborted reports whether tx's own statements failed: the server said the
-// transaction block is failed ('E' in ReadyForQuery), which on CockroachDB is also the
-// state a retry error leaves a transaction in (pkg/sql/conn_executor.go, stateAborted).
-// A 40001 a handler returns while its transaction is fine came from somewhere else
-// (another database it called): that is the handler's failure, not this batch's conflict.
-// https://www.postgresql.org/docs/15/protocol-message-formats.html (ReadyForQuery)
-func txAborted(tx pgx.Tx) bool { return tx.Conn().PgConn().TxStatus() == 'E' }
-
-// setTimeouts bounds every statement of the processing transaction on the server too,
-// so that a statement stuck on a lock or a runaway query ends even if the client is
-// gone. SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
-// CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
-// it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
-func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
-	ms := max(e.cfg.HandlerTimeout.Milliseconds(), 1)
-	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-		return fmt.Errorf("setting statement_timeout: %w", err)
-	}
-	if e.cfg.Dialect == database.CockroachDB {
-		// Under SERIALIZABLE, CockroachDB's FOR UPDATE locks are best-effort by default:
-		// a lease transfer, split or merge can drop them before the commit, and a second
-		// worker could then claim an entry this one holds (serializability still lets only
-		// one of them commit, so database effects stay exactly once, but the handler runs
-		// twice). This makes them durable (v23.2+; SKIP LOCKED over replicated locks
-		// needs v24.1+, cockroach PR #116776, and database.MinVersion is v24.1).
-		// https://www.cockroachlabs.com/docs/stable/known-limitations#select-for-update-limitations
-		// https://github.com/cockroachdb/cockroach/pull/107749 (the session variable)
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_durable_locking_for_serializable = on"); err != nil {
-			return fmt.Errorf("setting enable_durable_locking_for_serializable: %w", err)
-		}
-	}
-	return nil
-}
-
-// txOptions are the options every processing transaction begins with: explicit
-// SERIALIZABLE on CockroachDB (Config.Dialect); the session's default on PostgreSQL,
-// where processing relies on row locks under READ COMMITTED.
-func (e *Engine) txOptions() pgx.TxOptions {
-	if e.cfg.Dialect == database.CockroachDB {
-		return pgx.TxOptions{IsoLevel: pgx.Serializable}
-	}
-	return pgx.TxOptions{}
-}
-
-// timeoutError is a handler that overran Config.HandlerTimeout.
-type timeoutError struct {
-	ev        Event
-	after     time.Duration
-	abandoned bool // it ignored its context: its transaction's connection was closed
-	err       error
-}
-
-func (t *timeoutError) Error() string {
-	if t.abandoned {
-		return fmt.Sprintf("handler timed out after %s and ignored its context; its transaction was abandoned", t.after)
-	}
-	return fmt.Sprintf("handler timed out after %s: %v", t.after, t.err)
-}
-
-func (t *timeoutError) Unwrap() error { return t.err }
-
-// abandonGrace is how long a handler whose context ended may take to return before its
-// transaction is abandoned.
-const abandonGrace = time.Second
-
-// runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
-// failure, its effects rolled back; err means the transaction itself is broken (or
-// must be retried as a whole) and nothing can be recorded in it. A handler that
-// overruns HandlerTimeout gives a *timeoutError as err: its transaction is rolled back
-// whole, and if it ignores its context even then, the transaction's connection is
-// closed under it, so that it holds no worker, no lock and no connection.
-func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
-	h, ok := e.reg.Lookup(ev.Type)
-	if !ok {
-		return fmt.Errorf("%w %q (register one and retry the event)", ErrNoHandler, ev.Type), nil
-	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
-		return nil, fmt.Errorf("opening handler savepoint: %w", err)
-	}
-	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
-		return callHandler(hctx, h, handlerTx{tx}, ev)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if herr == nil {
-		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
-			if isRetryable(err) {
-				return nil, err
-			}
-			// The handler swallowed an error that aborted the transaction.
-			herr = fmt.Errorf("handler left the transaction unusable: %w", err)
-		} else {
-			return nil, nil
-		}
-	}
-	if notTheHandlers(herr) && txAborted(tx) {
-		return nil, herr // restart or abort the whole transaction, do not count an attempt
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("running handler: %w", ctx.Err())
-	}
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_handler"); err != nil {
-		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
-	}
-	return herr, nil
-}
-
-// callWithDeadline runs fn (handlers working in tx) under HandlerTimeout. When the
-// deadline or ctx ends and fn does not return within abandonGrace, tx's connection is
-// closed: the database rolls the transaction back and frees its locks, and fn, when it
-// wakes up, finds a closed connection. err is then a *timeoutError (deadline) or ctx's
-// error; both mean nothing may be recorded in tx.
-func (e *Engine) callWithDeadline(ctx context.Context, tx pgx.Tx, typ string, fn func(context.Context) error) (handlerErr, err error) {
-	hctx, cancel := context.WithTimeout(ctx, e.cfg.HandlerTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- fn(hctx) }()
-	select {
-	case herr := <-done:
-		if ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
-			return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
-		}
-		return herr, nil
-	case <-hctx.Done():
-	}
-	grace := time.NewTimer(min(abandonGrace, e.cfg.HandlerTimeout))
-	defer grace.Stop()
-	select {
-	case herr := <-done:
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("running handler: %w", ctx.Err())
-		}
-		return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
-	case <-grace.C:
-	}
-	e.m.Processed.WithLabelValues(e.reg.MetricLabel(typ), "abandoned").Inc()
-	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
-	defer ccancel()
-	_ = tx.Conn().PgConn().Close(cctx)
-	if ctx.Err() != nil {
-		e.log.Warn("handler ignored cancellation; its transaction was abandoned", "type", typ, "error", ctx.Err())
-		return nil, fmt.Errorf("running handler (abandoned): %w", ctx.Err())
-	}
-	e.log.Error("handler ignored its deadline; its transaction was abandoned", "type", typ, "timeout", e.cfg.HandlerTimeout)
-	return nil, &timeoutError{after: e.cfg.HandlerTimeout, abandoned: true}
-}
-
-func callHandler(ctx context.Context, h Handler, tx pgx.Tx, ev Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return h.Handle(ctx, tx, ev)
-}
-
-// errHandlerTxEnd is what a handler gets for trying to end the processing transaction.
-var errHandlerTxEnd = errors.New("handlers must not commit or roll back the processing transaction; return an error instead")
-
-// handlerTx is the transaction handed to handlers: everything but ending it. Begin
-// (a nested savepoint) stays available.
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return errHandlerTxEnd }
-func (handlerTx) Rollback(context.Context) error { return errHandlerTxEnd }

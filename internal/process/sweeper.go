@@ -206,19 +206,6 @@ func (s *Sweeper) Sweep(ctx context.Context) (Pass, error) {
 	return p, nil
 }
 
-// completed returns the aggregates whose claimed event completed and that have a next
-// event: it is due now, even inside the grace period (with a changefeed, it may well
-// have been delivered already and seen deferred).
-func completed(res batchResult) map[string]bool {
-	aggs := map[string]bool{}
-	for _, h := range res.claimed {
-		if res.outs[h.ID].completes() && res.next[h.AggregateID] {
-			aggs[h.AggregateID] = true
-		}
-	}
-	return aggs
-}
-
 // refreshParked sets the parking gauges (inboxd_parked_aggregates,
 // inboxd_parked_waiting_events). Parking is by design, so it never makes inboxd unready.
 func (s *Sweeper) refreshParked(ctx context.Context) error {

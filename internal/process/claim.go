@@ -1,0 +1,62 @@
+package process
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// split divides the ids of items, without duplicates, into parts by aggregate (an item
+// without one is its own), keeping their order: each part is claimed and run by one
+// worker, so that an aggregate's events run in sequence.
+func split(items []Item, parts int) [][]string {
+	byPart := make([][]string, parts)
+	seen := map[string]bool{}
+	for _, it := range items {
+		if seen[it.ID] {
+			continue
+		}
+		seen[it.ID] = true
+		key := it.AggregateID
+		if key == "" {
+			key = it.ID
+		}
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key))
+		p := int(h.Sum32() % uint32(parts))
+		byPart[p] = append(byPart[p], it.ID)
+	}
+	return byPart
+}
+
+// claimFunc locks the entries of one batch inside its transaction.
+type claimFunc func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error)
+
+// claimDelivered claims delivered entries by id (journal.LockBatch).
+func claimDelivered(ids []string) claimFunc {
+	return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
+		return journal.LockBatch(ctx, tx, ids)
+	}
+}
+
+// claimDue claims up to limit due aggregate heads (journal.PickHeads), of the first
+// limit of aggregates when it is not nil. The heads are picked here, on the pool,
+// before the batch's transaction begins (see journal.PickHeads); batch calls this
+// again before every try.
+func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) claimFunc {
+	aggs := aggregates
+	if aggs != nil {
+		aggs = aggs[:min(limit, len(aggs))]
+	}
+	picked, err := journal.PickHeads(ctx, e.db, grace, limit, aggs)
+	return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
+		if err != nil {
+			return nil, err
+		}
+		return journal.LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
+	}
+}

@@ -1,0 +1,191 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxd/inboxd/internal/journal"
+)
+
+// record records the outcomes of a batch's events in its transaction (recordOutcomes)
+// and moves their aggregates on to their next heads (settleHeads); it returns the
+// aggregates left with a head that is not parked.
+func (e *Engine) record(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
+	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
+		return nil, err
+	}
+	return e.settleHeads(ctx, tx, heads, recs)
+}
+
+// recordOutcomes records a batch's outcomes in tx with one statement. When the database
+// refuses them for a deterministic reason (not availability), it records them one by
+// one instead, and an outcome refused alone is recorded with a fixed message in place
+// of the handler's text: the batch commits, every attempt counts, no handler runs
+// again. (Rolling the batch back instead would re-run all its handlers, and the same
+// refusal would do it again at every sweep: issue 18, 1,023 handler calls for 200
+// events.) Only an outcome that carries no text, PROCESSED, can still be refused; that
+// is the schema's fault, and the batch fails as a whole.
+func (e *Engine) recordOutcomes(ctx context.Context, tx pgx.Tx, recs []journal.Outcome) error {
+	err := journal.RecordOutcomesGuarded(ctx, tx, recs)
+	if err == nil || len(recs) == 0 || journal.IsUnavailable(err) || ctx.Err() != nil {
+		return err
+	}
+	e.log.Warn("the database refused a batch's outcomes; recording them one by one", "events", len(recs), "error", err)
+	for _, r := range recs {
+		err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r})
+		if err == nil {
+			continue
+		}
+		if journal.IsUnavailable(err) || ctx.Err() != nil || r.Status == journal.StatusProcessed {
+			return err
+		}
+		e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
+			"id", r.ID, "status", r.Status, "error", err, "handler_error", r.Error)
+		r.Error = unstorableMessage(err)
+		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r}); err != nil {
+			return fmt.Errorf("recording event %s with a fixed message: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// settleHeads moves the aggregates of the recorded outcomes on to their next head
+// (journal.SettleHeads), in the batch's transaction, and returns those left with a
+// head that is not parked. A DEAD event of a type that runs on (Registry.RunOnDead) is
+// skipped first, so that it does not park its aggregate.
+func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	// recs follow heads' order (runBatch records in sequence order), so one pass
+	// usually pairs them, without a map (this runs for every batch).
+	var runOn []string
+	aggs := make([]string, 0, len(recs))
+	i := 0
+	for _, r := range recs {
+		for i < len(heads) && heads[i].ID != r.ID {
+			i++
+		}
+		if i == len(heads) {
+			i = slices.IndexFunc(heads, func(h journal.Head) bool { return h.ID == r.ID })
+			if i < 0 {
+				return nil, fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
+			}
+		}
+		h := &heads[i]
+		if n := len(aggs); n == 0 || aggs[n-1] != h.AggregateID {
+			aggs = append(aggs, h.AggregateID)
+		}
+		if r.Status == journal.StatusDead && e.reg.runsOnDead(h.EventType) {
+			runOn = append(runOn, r.ID)
+		}
+	}
+	if err := journal.SkipDead(ctx, tx, runOn, journal.RunOnSkipper); err != nil {
+		return nil, err
+	}
+	return journal.SettleHeads(ctx, tx, aggs)
+}
+
+// recordTimeout records the failed attempt of a handler that overran its deadline, in
+// a transaction of its own (the handler's was abandoned).
+func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
+	out, err := e.recordAlone(ctx, ev, e.outcome(ev, herr), herr)
+	if err != nil {
+		return "", fmt.Errorf("recording the timeout: %w", err)
+	}
+	return out, nil
+}
+
+// recordAlone records the outcome of one attempt (not PROCESSED: its effects were in a
+// transaction that is gone) in a transaction of its own. When the database refuses the
+// outcome for a deterministic reason, the attempt is recorded again with a fixed
+// message instead of the handler's text, so that it is recorded at all: otherwise the
+// event would stay pending with 0 attempts and its batch would re-run forever. The
+// status stays (a REJECTED or DEAD event does not turn into a retry loop). The attempts
+// check makes it a no-op when the entry moved on meanwhile.
+func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr error) (Outcome, error) {
+	rec := journal.Outcome{ID: ev.ID, Status: out.Status(), Error: herr.Error(), Runs: 1}
+	if to := (*timeoutError)(nil); errors.As(herr, &to) {
+		rec.StartedAt, rec.Took = time.Now().Add(-to.after), to.after
+	}
+	if out == OutcomeFailed {
+		rec.Backoff = e.policy(ev.Type).Backoff(ev.Attempt)
+	}
+	got, err := e.recordInOwnTx(ctx, ev, out, rec)
+	if err == nil || journal.IsUnavailable(err) || ctx.Err() != nil {
+		return got, err
+	}
+	e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
+		"id", ev.ID, "type", e.reg.MetricLabel(ev.Type), "attempt", ev.Attempt, "error", err, "handler_error", herr)
+	rec.Error = unstorableMessage(err)
+	return e.recordInOwnTx(ctx, ev, out, rec)
+}
+
+func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec journal.Outcome) (Outcome, error) {
+	got := OutcomeNoop
+	err := executeTx(ctx, e.db, e.txOptions(), func(tx pgx.Tx) error {
+		got = OutcomeNoop
+		if err := e.setTimeouts(ctx, tx); err != nil {
+			return err
+		}
+		p, found, err := journal.LockPending(ctx, tx, ev.ID)
+		if err != nil || !found || p.Attempts != ev.Attempt-1 {
+			return err
+		}
+		got = out
+		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
+			return err
+		}
+		_, err = e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
+		return err
+	})
+	return got, err
+}
+
+// executeTx is journal.ExecuteTx: crdbpgx.ExecuteTx with a failed COMMIT reported.
+func executeTx(ctx context.Context, db crdbpgx.Conn, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	return journal.ExecuteTx(ctx, db, opts, fn)
+}
+
+// unstorableMessage is what last_error says when the handler's text was refused: fixed
+// text and the SQLSTATE, nothing that came from the handler.
+func unstorableMessage(err error) string {
+	code := "unknown"
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && strings.Trim(pgErr.Code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
+		code = pgErr.Code
+	}
+	return "inboxd: the outcome of this attempt could not be stored (SQLSTATE " + code + "); the handler's error is in inboxd's log"
+}
+
+// observe counts and logs the outcomes of a batch that committed after took.
+func (e *Engine) observe(heads []journal.Head, took time.Duration, r ran) {
+	for _, h := range heads {
+		out := r.outs[h.ID]
+		typ := e.reg.MetricLabel(h.EventType) // bounded: logs and metrics never carry a payload's made-up type
+		e.m.ProcessSeconds.WithLabelValues(typ).Observe(took.Seconds())
+		e.m.Processed.WithLabelValues(typ, string(out)).Inc()
+		e.logOutcome(h.ID, typ, h.Attempts+1, out, r.herrs[h.ID])
+	}
+}
+
+func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {
+	switch out {
+	case OutcomeFailed:
+		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempt, "error", err)
+	case OutcomeDead:
+		e.log.Error("event failed for the last time, now DEAD", "id", id, "type", typ, "attempt", attempt, "error", err)
+	case OutcomeRejected:
+		// The reason can quote the payload (personal data): not at INFO.
+		e.log.Info("event rejected", "id", id, "type", typ)
+		e.log.Debug("event rejected", "id", id, "type", typ, "reason", err)
+	}
+}

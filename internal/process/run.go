@@ -1,0 +1,384 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/tracing"
+)
+
+// ran is what the run stage did with a batch: each head's outcome, and for each event
+// that ran, what to record and its handler's error.
+type ran struct {
+	outs  map[string]Outcome // by event id
+	recs  []journal.Outcome  // in sequence order
+	herrs map[string]error   // by event id
+}
+
+// run runs the claimed heads, in sequence order, in tx: first the set-based calls
+// (runSetBased), then each other runnable event's handler in its own savepoint, with
+// its immediate retries. Events of an aggregate whose earlier event did not complete
+// (in this batch or outside it) are deferred; FAILED events not yet due are left. An
+// error means tx can record nothing; r.outs then holds the outcomes so far.
+func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBased bool) (ran, error) {
+	r := ran{outs: map[string]Outcome{}, recs: make([]journal.Outcome, 0, len(heads)), herrs: map[string]error{}}
+	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
+	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	if err != nil {
+		return r, err
+	}
+	for _, h := range heads {
+		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
+			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
+		var out Outcome
+		switch {
+		case applied[h.ID].ok:
+			out = OutcomeProcessed
+			a := applied[h.ID]
+			r.recs = append(r.recs, journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: a.started, Took: a.took, Runs: 1})
+		case h.Blocked || held[h.AggregateID]:
+			out = OutcomeDeferred
+		case h.Status == journal.StatusFailed && !h.Due:
+			out = OutcomeNotDue
+		default:
+			pol := e.policy(ev.Type)
+			started, runs := time.Now(), 1
+			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
+			herr, err := e.runHandler(sctx, tx, ev)
+			// Immediate retries: the same attempt, at once, for flukes. A rejection is
+			// final and a missing handler will not appear in the meantime.
+			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
+				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
+				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
+					"attempt", ev.Attempt, "retry", i+1, "error", herr)
+				herr, err = e.runHandler(sctx, tx, ev)
+				runs++
+			}
+			if err != nil {
+				endEventSpan(span, "", herr, err)
+				var to *timeoutError
+				if errors.As(err, &to) {
+					to.ev = ev
+				}
+				return r, err
+			}
+			out = e.outcome(ev, herr)
+			endEventSpan(span, out, herr, nil)
+			rec := journal.Outcome{ID: ev.ID, Status: out.Status(), StartedAt: started, Took: time.Since(started), Runs: runs}
+			if herr != nil {
+				rec.Error = herr.Error()
+				r.herrs[ev.ID] = herr
+			}
+			if out == OutcomeFailed {
+				rec.Backoff = pol.Backoff(ev.Attempt)
+			}
+			r.recs = append(r.recs, rec)
+		}
+		r.outs[h.ID] = out
+		if !out.completes() {
+			held[h.AggregateID] = true
+		}
+	}
+	return r, nil
+}
+
+// setRun is an event applied by a set-based call, and when and how long the call ran.
+type setRun struct {
+	ok      bool
+	started time.Time
+	took    time.Duration
+}
+
+// runSetBased applies, through BatchHandler.HandleBatch, the events of the batch that
+// are ready to run at once (due, no pending predecessor, the first of their aggregate in
+// the batch), one call per event type with at least two of them. It returns the events
+// it applied; the others (and every event of a call that did not apply all of them
+// cleanly, which is rolled back) are left to the per-event path.
+func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]setRun, error) {
+	applied := map[string]setRun{}
+	if !enabled {
+		return applied, nil
+	}
+	seen := map[string]bool{}
+	traces := map[string]string{} // event id: stored trace context, for the call's span links
+	byType := map[string][]Event{}
+	var types []string
+	for _, h := range heads {
+		first := !seen[h.AggregateID]
+		seen[h.AggregateID] = true
+		if !first || h.Blocked || (h.Status == journal.StatusFailed && !h.Due) {
+			continue
+		}
+		if _, ok := e.reg.batchHandler(h.EventType); !ok {
+			continue
+		}
+		if byType[h.EventType] == nil {
+			types = append(types, h.EventType)
+		}
+		if h.TraceContext != "" {
+			traces[h.ID] = h.TraceContext
+		}
+		byType[h.EventType] = append(byType[h.EventType], Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID,
+			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1})
+	}
+	for _, typ := range types {
+		evs := byType[typ]
+		if len(evs) < 2 {
+			continue
+		}
+		bh, _ := e.reg.batchHandler(typ)
+		if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("opening set-based savepoint: %w", err)
+		}
+		var errs []error
+		started := time.Now()
+		sctx, span := e.startSetSpan(ctx, typ, traces, evs)
+		herr, err := e.callWithDeadline(sctx, tx, typ, func(hctx context.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("batch handler panicked: %v", r)
+				}
+			}()
+			errs, err = bh.HandleBatch(hctx, handlerTx{tx}, evs)
+			return err
+		})
+		if err != nil {
+			endEventSpan(span, "", herr, err)
+			return nil, err // timeout (retried event by event) or ctx
+		}
+		clean := herr == nil && len(errs) == len(evs)
+		for _, x := range errs {
+			clean = clean && x == nil
+		}
+		if clean {
+			endEventSpan(span, OutcomeProcessed, nil, nil)
+		} else {
+			endEventSpan(span, "", herr, nil) // left to the per-event path, which has spans of its own
+		}
+		if clean {
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {
+				for _, ev := range evs {
+					applied[ev.ID] = setRun{ok: true, started: started, took: time.Since(started)}
+				}
+				continue
+			} else if isRetryable(err) {
+				return nil, err
+			}
+		}
+		if notTheHandlers(herr) && txAborted(tx) {
+			return nil, herr
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {
+			return nil, fmt.Errorf("rolling back a set-based call: %w", err)
+		}
+	}
+	return applied, nil
+}
+
+// policy is the recoverability policy of an event type: its own fields, the engine's
+// for the rest.
+func (e *Engine) policy(eventType string) RetryPolicy {
+	p, _ := e.reg.retryPolicy(eventType)
+	return p.Or(e.cfg.retryPolicy())
+}
+
+// outcome maps a handler's result to the event's outcome.
+func (e *Engine) outcome(ev Event, herr error) Outcome {
+	switch {
+	case herr == nil:
+		return OutcomeProcessed
+	case errors.Is(herr, ErrRejected):
+		return OutcomeRejected
+	case ev.Attempt >= e.policy(ev.Type).MaxAttempts:
+		return OutcomeDead
+	default:
+		return OutcomeFailed
+	}
+}
+
+// timeoutError is a handler that overran Config.HandlerTimeout.
+type timeoutError struct {
+	ev        Event
+	after     time.Duration
+	abandoned bool // it ignored its context: its transaction's connection was closed
+	err       error
+}
+
+func (t *timeoutError) Error() string {
+	if t.abandoned {
+		return fmt.Sprintf("handler timed out after %s and ignored its context; its transaction was abandoned", t.after)
+	}
+	return fmt.Sprintf("handler timed out after %s: %v", t.after, t.err)
+}
+
+func (t *timeoutError) Unwrap() error { return t.err }
+
+// abandonGrace is how long a handler whose context ended may take to return before its
+// transaction is abandoned.
+const abandonGrace = time.Second
+
+// runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
+// failure, its effects rolled back; err means the transaction itself is broken (or
+// must be retried as a whole) and nothing can be recorded in it. A handler that
+// overruns HandlerTimeout gives a *timeoutError as err: its transaction is rolled back
+// whole, and if it ignores its context even then, the transaction's connection is
+// closed under it, so that it holds no worker, no lock and no connection.
+func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
+	h, ok := e.reg.Lookup(ev.Type)
+	if !ok {
+		return fmt.Errorf("%w %q (register one and retry the event)", ErrNoHandler, ev.Type), nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
+		return nil, fmt.Errorf("opening handler savepoint: %w", err)
+	}
+	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
+		return callHandler(hctx, h, handlerTx{tx}, ev)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if herr == nil {
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
+			if isRetryable(err) {
+				return nil, err
+			}
+			// The handler swallowed an error that aborted the transaction.
+			herr = fmt.Errorf("handler left the transaction unusable: %w", err)
+		} else {
+			return nil, nil
+		}
+	}
+	if notTheHandlers(herr) && txAborted(tx) {
+		return nil, herr // restart or abort the whole transaction, do not count an attempt
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("running handler: %w", ctx.Err())
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_handler"); err != nil {
+		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
+	}
+	return herr, nil
+}
+
+// callWithDeadline runs fn (handlers working in tx) under HandlerTimeout. When the
+// deadline or ctx ends and fn does not return within abandonGrace, tx's connection is
+// closed: the database rolls the transaction back and frees its locks, and fn, when it
+// wakes up, finds a closed connection. err is then a *timeoutError (deadline) or ctx's
+// error; both mean nothing may be recorded in tx.
+func (e *Engine) callWithDeadline(ctx context.Context, tx pgx.Tx, typ string, fn func(context.Context) error) (handlerErr, err error) {
+	hctx, cancel := context.WithTimeout(ctx, e.cfg.HandlerTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(hctx) }()
+	select {
+	case herr := <-done:
+		if ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+		}
+		return herr, nil
+	case <-hctx.Done():
+	}
+	grace := time.NewTimer(min(abandonGrace, e.cfg.HandlerTimeout))
+	defer grace.Stop()
+	select {
+	case herr := <-done:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("running handler: %w", ctx.Err())
+		}
+		return nil, &timeoutError{after: e.cfg.HandlerTimeout, err: herr}
+	case <-grace.C:
+	}
+	e.m.Processed.WithLabelValues(e.reg.MetricLabel(typ), "abandoned").Inc()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	_ = tx.Conn().PgConn().Close(cctx)
+	if ctx.Err() != nil {
+		e.log.Warn("handler ignored cancellation; its transaction was abandoned", "type", typ, "error", ctx.Err())
+		return nil, fmt.Errorf("running handler (abandoned): %w", ctx.Err())
+	}
+	e.log.Error("handler ignored its deadline; its transaction was abandoned", "type", typ, "timeout", e.cfg.HandlerTimeout)
+	return nil, &timeoutError{after: e.cfg.HandlerTimeout, abandoned: true}
+}
+
+func callHandler(ctx context.Context, h Handler, tx pgx.Tx, ev Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h.Handle(ctx, tx, ev)
+}
+
+// errHandlerTxEnd is what a handler gets for trying to end the processing transaction.
+var errHandlerTxEnd = errors.New("handlers must not commit or roll back the processing transaction; return an error instead")
+
+// handlerTx is the transaction handed to handlers: everything but ending it. Begin
+// (a nested savepoint) stays available.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error { return errHandlerTxEnd }
+
+func (handlerTx) Rollback(context.Context) error { return errHandlerTxEnd }
+
+// Span attributes of processing (inboxd's own names; the event type is the registry's
+// bounded label, never a payload's made-up type).
+const (
+	attrEventID = attribute.Key("inboxd.event.id")
+	attrType    = attribute.Key("inboxd.event.type")
+	attrAttempt = attribute.Key("inboxd.attempt")
+	attrOutcome = attribute.Key("inboxd.outcome")
+	attrEvents  = attribute.Key("inboxd.events")
+)
+
+// startEventSpan starts the processing span of one event: a child of the trace of the
+// message it came in (its stored traceparent), else of whatever span ctx holds. The
+// handler gets its context, so that the handler's own spans, and the traceparent of
+// what it emits to the outbox, nest under it.
+func (e *Engine) startEventSpan(ctx context.Context, h journal.Head, attempt int) (context.Context, trace.Span) {
+	ctx = tracing.WithStored(ctx, h.TraceContext)
+	typ := e.reg.MetricLabel(h.EventType)
+	return e.tracer.Start(ctx, "process "+typ, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrEventID.String(h.ID), attrType.String(typ), attrAttempt.Int(attempt)))
+}
+
+// endEventSpan records the outcome (and a handler's error) and ends the span.
+func endEventSpan(span trace.Span, out Outcome, herr, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	if err == nil && out != "" {
+		span.SetAttributes(attrOutcome.String(string(out)))
+	}
+	switch {
+	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "processing transaction failed")
+	case herr != nil && !errors.Is(herr, ErrRejected):
+		span.RecordError(herr)
+		span.SetStatus(codes.Error, "handler failed")
+	}
+	span.End()
+}
+
+// startSetSpan starts the span of one BatchHandler call, linked to the trace of each
+// event it applies (one call has many parents, which a span cannot have).
+func (e *Engine) startSetSpan(ctx context.Context, typ string, heads map[string]string, evs []Event) (context.Context, trace.Span) {
+	links := make([]trace.Link, 0, len(evs))
+	for _, ev := range evs {
+		if sc := tracing.SpanContext(heads[ev.ID]); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attrEventID.String(ev.ID)}})
+		}
+	}
+	label := e.reg.MetricLabel(typ)
+	return e.tracer.Start(ctx, "process batch "+label, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...),
+		trace.WithAttributes(attrType.String(label), attrEvents.Int(len(evs))))
+}
