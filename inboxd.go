@@ -54,13 +54,14 @@ import (
 type Event struct {
 	// ID is the event's journal id: the primary key of its row in the journal table
 	// (journal.id) and what GET /journal/{id} answers for. It is a UUID: Key itself when
-	// Key is a UUID (lower-cased), else JournalID(Key). Use it, or Key, as the
-	// idempotency key of any effect outside the database.
+	// Key is a UUID (lower-cased), else JournalID(Key); a CloudEvent's comes from its
+	// source and id, not from Key alone. Use it as the idempotency key of any effect
+	// outside the database (Key only where its publisher keeps ids unique).
 	ID string
 	// Key is the event's own id as its publisher sent it, e.g. "ord-0001": the payload's
 	// "id" (or the field Config.IDSource names), or a CloudEvent's id. It is empty when
 	// the id came from a header (IDSource "header:NAME"), which the journal does not keep.
-	// GET /journal/{id} takes it too.
+	// GET /journal/{id} takes it too, except a CloudEvent's (found by ID only).
 	Key string
 	// Type is the event type (the event-type header, else the payload's "type", else
 	// Config.DefaultEventType): the one Client.Handle chose this handler for.

@@ -45,18 +45,19 @@ type assembly struct {
 	tp   trace.TracerProvider
 }
 
-// schema migrates the database when the Config says so (MigrateAtStart), and otherwise
-// only checks, without DDL, that its schema is one this release serves.
-func (c assembly) schema(ctx context.Context) error {
+// schema migrates the database when the Config says so (MigrateAtStart), as Migrate with
+// WithRetention(cfg) does, the row-level TTL on CockroachDB included; otherwise it only
+// checks, without DDL, that its schema is one this release serves.
+func (c assembly) schema(ctx context.Context, dialect database.Dialect) error {
 	if !c.cfg.MigrateAtStart {
 		return schema.Check(ctx, c.pool)
 	}
-	applied, err := schema.Migrate(ctx, c.pool)
+	applied, err := migrate(ctx, c.pool, dialect, retentionOf(c.cfg), c.log)
 	for _, name := range applied {
 		c.log.Info("applied migration", "name", name)
 	}
 	if err != nil {
-		return fmt.Errorf("migrating at start: %w", err)
+		return fmt.Errorf("at start: %w", err)
 	}
 	return nil
 }
@@ -78,7 +79,7 @@ func (c assembly) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.schema(ctx); err != nil {
+	if err := c.schema(ctx, dialect); err != nil {
 		return err
 	}
 	cfg = cfg.withWebhook(dialect)

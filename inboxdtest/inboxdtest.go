@@ -281,9 +281,15 @@ func Publish(t TB, destination string, body []byte, headers map[string]string) s
 func WaitSettled(t TB, pool *pgxpool.Pool, id string, within time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	// Every read is bounded by the deadline too: a database that stops answering must
+	// not hold the test past within.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	for {
-		rec, err := journal.Get(context.Background(), pool, id)
+		rec, err := journal.Get(ctx, pool, id)
 		switch {
+		case err != nil && ctx.Err() != nil:
+			t.Fatalf("inboxdtest: event %s not settled after %s (the last read did not answer: %v)", id, within, err)
 		case err == nil && (rec.Status == journal.StatusProcessed || rec.Status == journal.StatusRejected || rec.Status == journal.StatusDead):
 			return string(rec.Status)
 		case err != nil && !errors.Is(err, journal.ErrNotFound):

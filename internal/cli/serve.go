@@ -19,6 +19,7 @@ import (
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
+	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/registration"
 	"github.com/inboxd/inboxd/internal/tracing/otlpenv"
@@ -145,11 +146,29 @@ func openServePool(ctx context.Context, cfg *config.Config, log *slog.Logger) (*
 	for _, name := range applied {
 		log.Info("applied migration", "name", name)
 	}
+	if err == nil {
+		err = retentionAtStart(ctx, pool, cfg, log)
+	}
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrating (is the database reachable? run inboxd migrate for details): %w", err)
 	}
 	return pool, nil
+}
+
+// retentionAtStart sets, on CockroachDB, the row-level TTL of the configured retention,
+// as inboxd migrate does: with migrate auto, serve is the migrating step, and Run only
+// compares the TTL in force with its configuration.
+func retentionAtStart(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) error {
+	d, err := database.Detect(ctx, pool)
+	if err != nil || !d.RowTTL() {
+		return err
+	}
+	ran, err := feed.NewManager(pool, d, log).ApplyRetention(ctx, feed.Retention{Journal: cfg.Retention, Quarantine: cfg.QuarantineRetention})
+	for _, stmt := range ran {
+		log.Info("set retention", "statement", stmt)
+	}
+	return err
 }
 
 // retryableAtStart reports whether serve should wait and try again: the database is

@@ -104,7 +104,7 @@ func (c *Config) Stomp(log *slog.Logger) stompx.Config {
 		log.Warn("INSECURE: broker TLS certificate verification is off (stomp-tls-insecure-skip-verify)")
 	}
 	return stompx.Config{Addr: c.StompAddr, Login: c.StompLogin, Passcode: c.StompPasscode, Host: c.StompHost,
-		Broker: stompx.Broker(c.Broker), TLS: c.StompTLSConfig, Logger: log}
+		Broker: stompx.Broker(c.Broker), TLS: c.StompTLSConfig, HeartBeat: c.StompHeartBeat, Logger: log}
 }
 
 // ErrNoDatabaseURL is returned by PoolConfig and ConnConfig when database-url is empty.

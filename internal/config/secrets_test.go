@@ -240,3 +240,16 @@ func checkParsed(t *testing.T, c *Config, err error, wantErr []string, check fun
 	}
 	check(t, c)
 }
+
+// TestStompCarriesEverySetting: the broker settings of the command lines that dial on
+// their own (publish, subscriptions) are the ones serve uses, the heart-beat included
+// (it was dropped: INBOXD_STOMP_HEART_BEAT=-1 still sent 10 s heart-beats there).
+func TestStompCarriesEverySetting(t *testing.T) {
+	c := &Config{}
+	c.StompAddr, c.StompHost, c.Broker, c.StompHeartBeat = "broker:61613", "vhost", "rabbitmq", -1
+	got := c.Stomp(nil)
+	if got.Addr != c.StompAddr || got.Host != c.StompHost || string(got.Broker) != c.Broker || got.HeartBeat != c.StompHeartBeat {
+		t.Errorf("Stomp() = addr %q host %q broker %q heart-beat %s, want the configured %q %q %q %s",
+			got.Addr, got.Host, got.Broker, got.HeartBeat, c.StompAddr, c.StompHost, c.Broker, c.StompHeartBeat)
+	}
+}
