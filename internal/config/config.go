@@ -312,7 +312,7 @@ func table(c *Config) []row {
 			"empty (`registration` with `INBOXD_DEMO`) | type of events that name none (`event-type` header, else payload `type`); empty: such messages are quarantined as `missing_type`",
 			str(&c.DefaultEventType)},
 		{"migrate", "off", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible",
-			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](#deploying))",
+			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock, and on CockroachDB sets the row-level TTL of the retention configured, as `inboxd migrate` does; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](#deploying))",
 			func(v string) error {
 				switch v {
 				case "auto", "off":
