@@ -129,17 +129,11 @@ func (s *Subscriber) subscribe(ctx context.Context, dest string, prefetch int, l
 	}, nil
 }
 
-// confirm waits until the broker has processed SUBSCRIBE, which go-stomp does not wait
-// for: the broker handles one connection's frames in order, so a receipt for a later
-// frame (an empty transaction, aborted) proves the subscription exists. Only then is
-// the destination ready; for a non-durable topic that is when messages stop being lost.
-// The reader runs meanwhile, since messages may arrive before the receipt.
+// confirm waits until the broker has processed SUBSCRIBE (stompx.Conn.Barrier). Only
+// then is the destination ready; for a non-durable topic that is when messages stop
+// being lost. The reader runs meanwhile, since messages may arrive before the receipt.
 func (se *session) confirm() error {
-	tx, err := se.conn.BeginWithError()
-	if err == nil {
-		err = tx.AbortWithReceipt()
-	}
-	if err != nil {
+	if err := se.conn.Barrier(); err != nil {
 		se.conn.Abort()
 		<-se.readerDone
 		return fmt.Errorf("subscribing to %s: %w", se.dest, err)

@@ -100,6 +100,19 @@ type Conn struct {
 	Dialect Dialect
 }
 
+// Barrier waits until the broker has processed every frame sent before it, which
+// go-stomp does not wait for (a SUBSCRIBE, an UNSUBSCRIBE): a broker handles one
+// connection's frames in order, so a receipt for a later frame (an empty transaction,
+// aborted) proves them done. RabbitMQ answers an UNSUBSCRIBE that overtakes its
+// SUBSCRIBE with "Subscription not found" (seen under load in CI).
+func (c *Conn) Barrier() error {
+	tx, err := c.BeginWithError()
+	if err == nil {
+		err = tx.AbortWithReceipt()
+	}
+	return err
+}
+
 // Abort closes the socket without a DISCONNECT. go-stomp's loops see EOF, fail pending
 // receipts and close every subscription channel. The broker redelivers whatever was
 // not acknowledged.

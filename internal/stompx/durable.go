@@ -109,6 +109,9 @@ func removeRabbitDurable(conn *Conn, dur Durable, destination string) error {
 	// go-stomp sends UNSUBSCRIBE only for a subscription of its own: attach with the
 	// same id first. Nothing is acked, so whatever arrives meanwhile goes with the queue.
 	sub, err := conn.Subscribe(destination, stomp.AckClient, conn.Dialect.SubscribeHeaders(1, &dur)...)
+	if err == nil {
+		err = conn.Barrier()
+	}
 	if err != nil {
 		return fmt.Errorf("%w: preparing the removal: %w", ErrUnavailable, err)
 	}
