@@ -198,7 +198,13 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	common := []string{"INBOXD_STOMP_ADDR=" + testenv.Broker(t), "INBOXD_DESTINATION=" + queue, "INBOXD_DEMO=true",
 		"INBOXD_CERT_DIR=" + filepath.Join(dir, "certs"), "INBOXD_SWEEP_INTERVAL=200ms", "INBOXD_SHUTDOWN_TIMEOUT=20s"}
 
-	// The previous release migrates at start by itself, so it runs as the owner.
+	// The previous release is deployed as its README says: its own migrate job, then
+	// serve, as the owner (v0.0.0's serve also migrated at start; v0.1.0's does not).
+	oldMig := exec.Command(oldBin, "migrate")
+	oldMig.Env = append(os.Environ(), "INBOXD_DATABASE_URL="+db.URL, "INBOXD_DEMO=true")
+	if out, err := oldMig.CombinedOutput(); err != nil {
+		t.Fatalf("%s's migrate: %v\n%s", prev.Version, err, out)
+	}
 	old := start(t, "old "+prev.Version, oldBin, append([]string{"INBOXD_DATABASE_URL=" + db.URL}, common...))
 
 	// A witness of every committed handler run: a trigger on the demo's table, where
