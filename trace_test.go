@@ -176,7 +176,8 @@ func emitTo(out string) inboxd.Handler {
 // A program's inboxd.Client with its own TracerProvider (OTLP over HTTP) exports one trace
 // from the publisher's traceparent through processing to the emitted message.
 func TestClientExportsOneTrace(t *testing.T) {
-	t.Parallel()
+	// Serial: run beside the package's parallel tests, its Run twice overran the 10 s
+	// shutdown timeout (of about 8 runs; the stage is not yet known).
 	db := testenv.NewDB(t)
 	broker := testenv.Broker(t)
 	in, out := testenv.Queue(t), testenv.Queue(t)
