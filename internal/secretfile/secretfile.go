@@ -1,6 +1,8 @@
 // Package secretfile reads the files that hold inboxd's secrets: private keys
 // (the webhook's INBOXD_KEY_FILE, the broker client's INBOXD_STOMP_KEY_FILE) and the
 // *_FILE settings (tokens, passwords). One rule holds for all of them: Read.
+// ReadBounded reads the public files beside them (certificates, CA bundles) with the
+// same bounds and no rule on the mode.
 package secretfile
 
 import (
@@ -18,7 +20,13 @@ var ErrReadableByAll = errors.New("readable by every user")
 // fine, as for a Kubernetes secret volume with fsGroup or Debian's ssl-cert group),
 // anything but a regular file (a FIFO would block start forever), and a file larger
 // than limit bytes. The mode is checked on the file opened, not on its path.
-func Read(path string, limit int64) ([]byte, error) {
+func Read(path string, limit int64) ([]byte, error) { return read(path, limit, true) }
+
+// ReadBounded is Read for a file that is not secret (a certificate, a CA bundle): a
+// regular file of at most limit bytes, whatever its mode.
+func ReadBounded(path string, limit int64) ([]byte, error) { return read(path, limit, false) }
+
+func read(path string, limit int64, secret bool) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -29,9 +37,10 @@ func Read(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
+		// A FIFO or a device could block forever or never end.
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o004 != 0 {
+	if perm := fi.Mode().Perm(); secret && perm&0o004 != 0 {
 		return nil, fmt.Errorf("%s is %w (mode %04o); restrict it, e.g. chmod 600 %s (Kubernetes: defaultMode 0400)",
 			path, ErrReadableByAll, perm, path)
 	}
@@ -40,6 +49,9 @@ func Read(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if int64(len(b)) > limit {
+		if !secret {
+			return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+		}
 		return nil, fmt.Errorf("%s is larger than %d bytes: not a secret", path, limit)
 	}
 	return b, nil

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -50,7 +49,7 @@ const maxPEMBytes = 4 << 20
 func LoadTLS(f TLSFiles) (*TLS, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: f.InsecureSkipVerify}
 	if f.CAFile != "" {
-		pem, err := readBounded(f.CAFile)
+		pem, err := secretfile.ReadBounded(f.CAFile, maxPEMBytes)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading CA file: %w", ErrTLS, err)
 		}
@@ -64,7 +63,7 @@ func LoadTLS(f TLSFiles) (*TLS, error) {
 		return nil, fmt.Errorf("%w: client certificate and key go together (cert file %q, key file %q)", ErrTLS, f.CertFile, f.KeyFile)
 	}
 	if f.CertFile != "" {
-		certPEM, err := readBounded(f.CertFile)
+		certPEM, err := secretfile.ReadBounded(f.CertFile, maxPEMBytes)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading client certificate: %w", ErrTLS, err)
 		}
@@ -156,28 +155,4 @@ func (t *TLS) handshakeError(addr string, err error) error {
 		hint = ": " + hint
 	}
 	return fmt.Errorf("%w: %w: TLS with %s failed (%s)%s: %w", ErrUnavailable, ErrTLS, addr, t.describe(addr), hint, err)
-}
-
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		// A FIFO or a device could block forever or never end.
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(b) > maxPEMBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxPEMBytes)
-	}
-	return b, nil
 }
