@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -22,10 +21,7 @@ import (
 
 func testLogger(t testing.TB) *slog.Logger {
 	t.Helper()
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
-	}
-	return slog.New(slog.DiscardHandler)
+	return testenv.Logger(t)
 }
 
 // running is a Subscriber started in the background.
