@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/inboxd/inboxd/internal/defaults"
@@ -23,6 +24,23 @@ func TestZeroConfigTakesTheTable(t *testing.T) {
 	} {
 		if f.got != f.want {
 			t.Errorf("%s = %v, the table says %v", f.name, f.got, f.want)
+		}
+	}
+	// Every field the root package fills from a setting (Outbox+F, else F) takes that
+	// setting's default, a field added with its setting included.
+	def := map[string]any{}
+	for _, s := range defaults.Settings() {
+		def[s.Field] = s.Default
+	}
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		want, ok := def["Outbox"+name]
+		if !ok {
+			want, ok = def[name]
+		}
+		if got := v.Field(i).Interface(); ok && got != want {
+			t.Errorf("%s = %v, its setting's default is %v", name, got, want)
 		}
 	}
 }
