@@ -131,6 +131,8 @@ const (
 	OutboxBatchSize    = 100
 	OutboxLease        = 30 * time.Second
 	OutboxRetention    = 24 * time.Hour
+	// OutboxRetryMaxDelay caps the backoff of a message the broker refused: 1s, doubling.
+	OutboxRetryMaxDelay = 5 * time.Minute
 	// OutboxPublishers is how many broker connections the relay publishes on.
 	OutboxPublishers = 4
 	// OutboxCleanupInterval and OutboxCleanupBatch pace the deletion of sent messages.
@@ -313,6 +315,8 @@ func Settings() []Setting {
 			"how long a relay holds its claimed messages; it stops publishing them at ¾ of it, so two instances never publish one at once"},
 		{"outbox-retention", "OutboxRetention", OutboxRetention, "how long sent outbox messages are kept before deletion",
 			"sent outbox messages are deleted after this long (in batches of 1000)"},
+		{"outbox-retry-max-delay", "OutboxRetryMaxDelay", OutboxRetryMaxDelay, "longest wait before the relay publishes again a message the broker refused; the wait starts at 1s and doubles per attempt",
+			"longest wait before the relay publishes again a message the broker refused (1s, doubling per attempt); the later messages of its group wait with it, and after a broker outage they go again within this long"},
 		{"retention", "Retention", Retention, "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever",
 			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see Retention); `-1s` (or `0`) keeps them forever"},
 		{"quarantine-retention", "QuarantineRetention", QuarantineRetention, "how long quarantined messages are kept; -1s or 0 keeps them forever",
