@@ -1,5 +1,5 @@
-// Package config defines inboxd's settings: command-line flags, each with an
-// INBOXD_* environment variable as its fallback.
+// Package config makes inboxd's settings (the table defaults.Settings) into
+// command-line flags, each with an INBOXD_* environment variable as its fallback.
 package config
 
 import (

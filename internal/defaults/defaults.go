@@ -1,7 +1,8 @@
-// Package defaults is inboxd's one table of default values. The command line's flags
-// (their documented defaults), the library's Config.WithDefaults and every component's
-// own zero-value handling read the same constants here, so a component used directly,
-// in a test or by a future caller, behaves as the product does.
+// Package defaults is inboxd's one table of default values and of settings
+// (Settings). The command line's flags (their documented defaults), the library's
+// Config.WithDefaults and every component's own zero-value handling read the same
+// constants here, so a component used directly, in a test or by a future caller,
+// behaves as the product does.
 //
 // It imports nothing of inboxd's, so that every package can use it.
 package defaults
@@ -191,9 +192,12 @@ const SharesRowAbove = "\x00above"
 //
 // Then regenerate the README's table: go test ./internal/config -run
 // TestREADMEConfigTable -update. The root package copies the field into the
-// component's Config (parts.go, TestEverySettingReachesAComponent); only a setting that
-// changes type or meaning on the way needs a line there, and only a flag whose text
-// means something else than its field's value needs one in internal/config.
+// component's Config by name (fill in parts.go; TestEverySettingReachesAComponent
+// fails for a setting that reaches no component), and the component's
+// TestZeroConfigTakesTheTable holds its zero value to the default (Unlike). Only a
+// setting that changes name, type or meaning on the way needs a line in parts.go, and
+// only a flag whose text means something else than its field's value (http-addr: empty
+// turns the API off) a setter in internal/config.
 func Settings() []Setting {
 	return []Setting{
 		{"database-url", "DatabaseURL", DatabaseURL, "PostgreSQL or CockroachDB connection URL",
