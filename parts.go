@@ -323,7 +323,7 @@ func (c assembly) newWebhook(cfg Config, wc webhook.Config, engine *process.Engi
 
 // components are the Configs of the parts that c's settings configure, before run adds
 // what it makes (the pool, loggers, callbacks). Each takes the settings it has a field
-// for (fill); only those that change name, type or meaning on the way are set here.
+// for (copySettings); only those that change name, type or meaning on the way are set here.
 type components struct {
 	ingest  ingest.Config
 	process process.Config
@@ -338,34 +338,34 @@ func (c Config) components(stomp stompx.Config) (components, error) {
 	if err != nil {
 		return p, fmt.Errorf("id-source: %w", err)
 	}
-	fill(&p.ingest, c, "", "MaxInflightBytes", "IDSource")
+	copySettings(&p.ingest, c, "", "MaxInflightBytes", "IDSource")
 	p.ingest.Addr, p.ingest.Login, p.ingest.Passcode, p.ingest.Host = stomp.Addr, stomp.Login, stomp.Passcode, stomp.Host
 	p.ingest.TLS, p.ingest.HeartBeat = stomp.TLS, stomp.HeartBeat
 	p.ingest.Linger, p.ingest.MaxInflightBytes, p.ingest.IDSource = c.BatchLinger, int64(c.MaxInflightBytes), idSource
 
-	fill(&p.process, c, "Process")
+	copySettings(&p.process, c, "Process")
 	p.process.BaseBackoff, p.process.MaxBackoff = c.RetryBaseDelay, c.RetryMaxDelay
 
 	// The sweeper's batches are processing's.
-	fill(&p.sweeper, c, "Sweep", "BatchSize")
+	copySettings(&p.sweeper, c, "Sweep", "BatchSize")
 	p.sweeper.BatchSize = c.ProcessBatchSize
 
-	fill(&p.outbox, c, "Outbox")
+	copySettings(&p.outbox, c, "Outbox")
 	p.outbox.Parallel = defaults.OutboxPublishers
 
-	fill(&p.webhook, c, "Webhook", "MaxBodyBytes")
+	copySettings(&p.webhook, c, "Webhook", "MaxBodyBytes")
 	p.webhook.Sink, p.webhook.MaxBodyBytes = c.WebhookURL, webhook.MaxBodyBytes(c.MaxBodyBytes)
 	return p, nil
 }
 
-// fill sets each field F of *dst, a component's Config, to c's field prefix+F, or else
+// copySettings sets each field F of *dst, a component's Config, to c's field prefix+F, or else
 // c's F (for prefix Outbox: Lease from OutboxLease, Retention from OutboxRetention
 // before Retention), so that a setting reaches its component without a line of its
 // own. A field of the same kind under a named type (ingest.AckMode) is converted. The
 // fields listed in byHand are left to the caller, which sets them from another name,
 // type or meaning; any other field whose namesake has another type panics, a bug that
 // TestEverySettingReachesAComponent finds.
-func fill(dst any, c Config, prefix string, byHand ...string) {
+func copySettings(dst any, c Config, prefix string, byHand ...string) {
 	d, src := reflect.ValueOf(dst).Elem(), reflect.ValueOf(c)
 	for i := range d.NumField() {
 		f := d.Type().Field(i)

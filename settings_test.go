@@ -9,9 +9,9 @@ import (
 )
 
 // TestEverySettingReachesAComponent: a setting changed from its default changes the
-// Config of some component (components, built by fill and by hand), so that a field
+// Config of some component (components, built by copySettings and by hand), so that a field
 // added to Config and to a component's Config under names that do not match, or of
-// types fill cannot copy, fails here rather than being silently ignored. The fields in
+// types copySettings cannot copy, fails here rather than being silently ignored. The fields in
 // byRun are read by Run itself, or by parts that components does not build.
 func TestEverySettingReachesAComponent(t *testing.T) {
 	t.Parallel()
@@ -63,14 +63,14 @@ func TestEverySettingReachesAComponent(t *testing.T) {
 		}
 		if reflect.DeepEqual(build(c), want) {
 			t.Errorf("Config.%s reaches no component: name the component's field the same, or the same less its prefix "+
-				"(fill), or set it by hand in components; a setting Run reads itself belongs in byRun", name)
+				"(copySettings), or set it by hand in components; a setting Run reads itself belongs in byRun", name)
 		}
 	}
 }
 
-// TestFillRefusesAnotherType: a component field whose namesake in Config has another
-// type is a bug fill reports, unless it is set by hand.
-func TestFillRefusesAnotherType(t *testing.T) {
+// TestCopySettingsRefusesAnotherType: a component field whose namesake in Config has another
+// type is a bug copySettings reports, unless it is set by hand.
+func TestCopySettingsRefusesAnotherType(t *testing.T) {
 	t.Parallel()
 	var dst struct {
 		BatchSize    string // Config.BatchSize is an int
@@ -78,14 +78,14 @@ func TestFillRefusesAnotherType(t *testing.T) {
 		Destinations []string
 	}
 	c := Config{BatchSize: 3, OutboxLease: time.Minute, Destinations: []string{"/queue/a"}}
-	fill(&dst, c, "Outbox", "BatchSize")
+	copySettings(&dst, c, "Outbox", "BatchSize")
 	if dst.Lease != time.Minute || len(dst.Destinations) != 1 || dst.BatchSize != "" {
-		t.Errorf("fill gave %+v", dst)
+		t.Errorf("copySettings gave %+v", dst)
 	}
 	defer func() {
 		if r := recover(); r == nil || !strings.Contains(r.(string), "BatchSize") {
-			t.Errorf("fill of a field of another type: recovered %v, want a panic naming it", r)
+			t.Errorf("copySettings of a field of another type: recovered %v, want a panic naming it", r)
 		}
 	}()
-	fill(&dst, c, "Outbox")
+	copySettings(&dst, c, "Outbox")
 }

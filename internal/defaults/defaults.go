@@ -192,7 +192,7 @@ const SharesRowAbove = "\x00above"
 //
 // Then regenerate the README's table: go test ./internal/config -run
 // TestREADMEConfigTable -update. The root package copies the field into the
-// component's Config by name (fill in parts.go; TestEverySettingReachesAComponent
+// component's Config by name (copySettings in parts.go; TestEverySettingReachesAComponent
 // fails for a setting that reaches no component), and the component's
 // TestZeroConfigTakesTheTable holds its zero value to the default (Unlike). Only a
 // setting that changes name, type or meaning on the way needs a line in parts.go, and
