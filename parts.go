@@ -323,7 +323,8 @@ func (c assembly) newWebhook(cfg Config, wc webhook.Config, engine *process.Engi
 
 // components are the Configs of the parts that c's settings configure, before run adds
 // what it makes (the pool, loggers, callbacks). Each takes the settings it has a field
-// for (copySettings); only those that change name, type or meaning on the way are set here.
+// for (copySettings); only those that change name, type or meaning on the way are set
+// here.
 type components struct {
 	ingest  ingest.Config
 	process process.Config
@@ -358,13 +359,15 @@ func (c Config) components(stomp stompx.Config) (components, error) {
 	return p, nil
 }
 
-// copySettings sets each field F of *dst, a component's Config, to c's field prefix+F, or else
-// c's F (for prefix Outbox: Lease from OutboxLease, Retention from OutboxRetention
-// before Retention), so that a setting reaches its component without a line of its
-// own. A field of the same kind under a named type (ingest.AckMode) is converted. The
-// fields listed in byHand are left to the caller, which sets them from another name,
-// type or meaning; any other field whose namesake has another type panics, a bug that
-// TestEverySettingReachesAComponent finds.
+// copySettings sets each field F of *dst, a component's Config, to c's field
+// prefix+F, or else c's F (for prefix Outbox: Lease from OutboxLease, Retention from
+// OutboxRetention before Retention), so that a setting reaches its component without a
+// line of its own. A field of the same kind under a named type (ingest.AckMode) is
+// converted. The fields listed in byHand are left to the caller, which sets them from
+// another name, type or meaning; any other field whose namesake has another type
+// panics, a bug that TestEverySettingReachesAComponent finds. A namesake of the same
+// type is copied whatever it means, so a setting is named after what it means to its
+// component, with the component's prefix.
 func copySettings(dst any, c Config, prefix string, byHand ...string) {
 	d, src := reflect.ValueOf(dst).Elem(), reflect.ValueOf(c)
 	for i := range d.NumField() {
