@@ -227,6 +227,10 @@ type Config struct {
 	// OutboxRetention is how long sent outbox messages are kept before deletion
 	// (INBOXD_OUTBOX_RETENTION). Defaults to 24h.
 	OutboxRetention time.Duration
+	// OutboxRetryMaxDelay is the longest wait before the relay publishes again a message
+	// the broker refused; the wait starts at 1s and doubles per attempt, and the later
+	// messages of its group wait with it (INBOXD_OUTBOX_RETRY_MAX_DELAY). Defaults to 5m.
+	OutboxRetryMaxDelay time.Duration
 
 	// ShutdownTimeout bounds the whole graceful shutdown (INBOXD_SHUTDOWN_TIMEOUT).
 	// Defaults to 30s.
@@ -309,6 +313,7 @@ func (c Config) WithDefaults() Config {
 	c.OutboxBatchSize = defaults.Or(c.OutboxBatchSize, defaults.OutboxBatchSize)
 	c.OutboxLease = defaults.Or(c.OutboxLease, defaults.OutboxLease)
 	c.OutboxRetention = defaults.Or(c.OutboxRetention, defaults.OutboxRetention)
+	c.OutboxRetryMaxDelay = defaults.Or(c.OutboxRetryMaxDelay, defaults.OutboxRetryMaxDelay)
 
 	c.ShutdownTimeout = defaults.Or(c.ShutdownTimeout, defaults.ShutdownTimeout)
 	if c.StompHeartBeat == 0 { // negative: off
@@ -385,6 +390,9 @@ func (c Config) validate() (*stompx.TLS, error) {
 	}
 	if c.OutboxLease < time.Second {
 		problems = append(problems, "outbox-lease must be at least 1s")
+	}
+	if c.OutboxRetryMaxDelay < time.Second {
+		problems = append(problems, "outbox-retry-max-delay must be at least 1s, the first wait")
 	}
 	if c.HandlerTimeout < time.Millisecond {
 		problems = append(problems, "handler-timeout must be at least 1ms")

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,34 +110,24 @@ func (c assembly) run(ctx context.Context) error {
 			push.Notify()
 		}
 	}
-	idSource, err := message.ParseIDSource(cfg.IDSource)
+	parts, err := cfg.components(stompCfg)
 	if err != nil {
-		return fmt.Errorf("id-source: %w", err)
+		return err
 	}
-	sub, err := ingest.New(ingest.Config{
-		Addr: stompCfg.Addr, Login: stompCfg.Login, Passcode: stompCfg.Passcode, TLS: stompCfg.TLS, HeartBeat: stompCfg.HeartBeat,
-		Host: stompCfg.Host, Broker: stompCfg.Broker,
-		Destinations: cfg.Destinations,
-		ClientID:     cfg.ClientID, SubscriptionName: cfg.SubscriptionName, NonDurableTopics: cfg.NonDurableTopics,
-		BatchSize: cfg.BatchSize, Linger: cfg.BatchLinger, Prefetch: cfg.Prefetch, CommitsInFlight: cfg.CommitsInFlight,
-		AckMode:      ingest.AckMode(cfg.AckMode),
-		MaxBodyBytes: cfg.MaxBodyBytes, MaxInflightBytes: int64(cfg.MaxInflightBytes), DefaultEventType: cfg.DefaultEventType,
-		IDSource:          idSource,
-		MaxStatementBytes: cfg.MaxStatementBytes,
-		Logger:            log.With("component", "ingest"), Metrics: c.m,
-		OnCommit:       func(int) { kick() },
-		TracerProvider: c.tp,
-	}, c.pool)
+	ic := parts.ingest
+	ic.Logger, ic.Metrics = log.With("component", "ingest"), c.m
+	ic.OnCommit = func(int) { kick() }
+	sub, err := ingest.New(ic, c.pool)
 	if err != nil {
 		return fmt.Errorf("configuring ingest: %w", err)
 	}
 
-	engine := process.New(c.pool, c.reg, process.Config{Concurrency: cfg.Concurrency, HandlerTimeout: cfg.HandlerTimeout,
-		ImmediateRetries: cfg.ImmediateRetries, MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.RetryBaseDelay, MaxBackoff: cfg.RetryMaxDelay,
-		BatchSize: cfg.ProcessBatchSize, TracerProvider: c.tp, Dialect: dialect},
-		c.m, log.With("component", "process"))
-	sweeper := process.NewSweeper(engine, process.SweeperConfig{Interval: cfg.SweepInterval, Grace: cfg.SweepGrace,
-		BatchSize: cfg.ProcessBatchSize, StopTimeout: workBudget})
+	pc := parts.process
+	pc.Dialect = dialect
+	engine := process.New(c.pool, c.reg, pc, c.m, log.With("component", "process"))
+	sc := parts.sweeper
+	sc.StopTimeout = workBudget
+	sweeper := process.NewSweeper(engine, sc)
 	// One LISTEN connection, outside the pool, for push and the relay: PostgreSQL only
 	// (on CockroachDB the changefeeds wake them).
 	var ntf *notifier.Notifier
@@ -156,14 +148,13 @@ func (c assembly) run(ctx context.Context) error {
 	// The outbox relay publishes on connections of its own, apart from the API's.
 	relayPub := stompx.NewPublisher(stompCfg, defaults.OutboxPublishers)
 	defer relayPub.Close()
-	relay := outbox.NewRelay(c.pool, relayPub, outbox.Config{
-		BatchSize: cfg.OutboxBatchSize, Lease: cfg.OutboxLease, PollInterval: cfg.OutboxPollInterval,
-		Retention: cfg.OutboxRetention, Parallel: defaults.OutboxPublishers, Notifier: ntf,
-	}, c.m, log.With("component", "outbox"))
+	oc := parts.outbox
+	oc.Notifier = ntf
+	relay := outbox.NewRelay(c.pool, relayPub, oc, c.m, log.With("component", "outbox"))
 
 	var hook *webhook.Server
 	if !cfg.DisableWebhook {
-		if hook, err = c.newWebhook(cfg, engine, relay); err != nil {
+		if hook, err = c.newWebhook(cfg, parts.webhook, engine, relay); err != nil {
 			return err
 		}
 	}
@@ -298,7 +289,7 @@ func (c assembly) newAPI(ctx context.Context, cfg Config, dialect database.Diale
 
 // newWebhook loads (or generates) the webhook's TLS material and token and binds its
 // address.
-func (c assembly) newWebhook(cfg Config, engine *process.Engine, relay *outbox.Relay) (*webhook.Server, error) {
+func (c assembly) newWebhook(cfg Config, wc webhook.Config, engine *process.Engine, relay *outbox.Relay) (*webhook.Server, error) {
 	hosts := append([]string{}, cfg.CertHosts...)
 	if u, err := url.Parse(cfg.WebhookURL); err == nil && u.Hostname() != "" {
 		hosts = append(hosts, u.Hostname())
@@ -322,10 +313,80 @@ func (c assembly) newWebhook(cfg Config, engine *process.Engine, relay *outbox.R
 		c.log.Info("generated the webhook token; inboxd changefeed create sends it",
 			"file", filepath.Join(cfg.CertDir, certs.WebhookTokenFile))
 	}
-	h := webhook.New(webhook.Config{AuthHeader: "Bearer " + token, Sink: cfg.WebhookURL, MaxBodyBytes: webhook.MaxBodyBytes(cfg.MaxBodyBytes),
-		ProcessTimeout: cfg.WebhookProcessTimeout}, engine, c.pool, c.m, c.log.With("component", "webhook"))
+	wc.AuthHeader = "Bearer " + token
+	h := webhook.New(wc, engine, c.pool, c.m, c.log.With("component", "webhook"))
 	// The outbox table's changefeed (CockroachDB) wakes the relay through the same server.
 	return webhook.Listen(cfg.WebhookAddr, bundle.TLSConfig, h, map[string]http.Handler{
 		webhook.Path + feed.OutboxSinkSuffix: outbox.WebhookHandler(relay, "Bearer "+token),
 	})
+}
+
+// components are the Configs of the parts that c's settings configure, before run adds
+// what it makes (the pool, loggers, callbacks). Each takes the settings it has a field
+// for (copySettings); only those that change name, type or meaning on the way are set
+// here.
+type components struct {
+	ingest  ingest.Config
+	process process.Config
+	sweeper process.SweeperConfig
+	outbox  outbox.Config
+	webhook webhook.Config
+}
+
+func (c Config) components(stomp stompx.Config) (components, error) {
+	var p components
+	idSource, err := message.ParseIDSource(c.IDSource)
+	if err != nil {
+		return p, fmt.Errorf("id-source: %w", err)
+	}
+	copySettings(&p.ingest, c, "", "MaxInflightBytes", "IDSource")
+	p.ingest.Addr, p.ingest.Login, p.ingest.Passcode, p.ingest.Host = stomp.Addr, stomp.Login, stomp.Passcode, stomp.Host
+	p.ingest.TLS, p.ingest.HeartBeat = stomp.TLS, stomp.HeartBeat
+	p.ingest.Linger, p.ingest.MaxInflightBytes, p.ingest.IDSource = c.BatchLinger, int64(c.MaxInflightBytes), idSource
+
+	copySettings(&p.process, c, "Process")
+	p.process.BaseBackoff, p.process.MaxBackoff = c.RetryBaseDelay, c.RetryMaxDelay
+
+	// The sweeper's batches are processing's.
+	copySettings(&p.sweeper, c, "Sweep", "BatchSize")
+	p.sweeper.BatchSize = c.ProcessBatchSize
+
+	copySettings(&p.outbox, c, "Outbox")
+	p.outbox.Parallel = defaults.OutboxPublishers
+
+	copySettings(&p.webhook, c, "Webhook", "MaxBodyBytes")
+	p.webhook.Sink, p.webhook.MaxBodyBytes = c.WebhookURL, webhook.MaxBodyBytes(c.MaxBodyBytes)
+	return p, nil
+}
+
+// copySettings sets each field F of *dst, a component's Config, to c's field
+// prefix+F, or else c's F (for prefix Outbox: Lease from OutboxLease, Retention from
+// OutboxRetention before Retention), so that a setting reaches its component without a
+// line of its own. A field of the same kind under a named type (ingest.AckMode) is
+// converted. The fields listed in byHand are left to the caller, which sets them from
+// another name, type or meaning; any other field whose namesake has another type
+// panics, a bug that TestEverySettingReachesAComponent finds. A namesake of the same
+// type is copied whatever it means, so a setting is named after what it means to its
+// component, with the component's prefix.
+func copySettings(dst any, c Config, prefix string, byHand ...string) {
+	d, src := reflect.ValueOf(dst).Elem(), reflect.ValueOf(c)
+	for i := range d.NumField() {
+		f := d.Type().Field(i)
+		if !f.IsExported() || slices.Contains(byHand, f.Name) {
+			continue
+		}
+		v := src.FieldByName(prefix + f.Name)
+		if !v.IsValid() {
+			v = src.FieldByName(f.Name)
+		}
+		switch {
+		case !v.IsValid():
+		case v.Type() == f.Type:
+			d.Field(i).Set(v)
+		case v.Kind() == f.Type.Kind() && v.Type().ConvertibleTo(f.Type):
+			d.Field(i).Set(v.Convert(f.Type))
+		default:
+			panic(fmt.Sprintf("inboxd: %s.%s is a %s, Config's namesake a %s: convert it by hand (byHand)", d.Type(), f.Name, f.Type, v.Type()))
+		}
+	}
 }

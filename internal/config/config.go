@@ -1,5 +1,5 @@
-// Package config defines inboxd's settings: command-line flags, each with an
-// INBOXD_* environment variable as its fallback.
+// Package config makes inboxd's settings (the table defaults.Settings) into
+// command-line flags, each with an INBOXD_* environment variable as its fallback.
 package config
 
 import (
@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -73,45 +74,109 @@ func (c *Config) toLibrary() {
 	}
 }
 
-// setting is one row of the one table of settings: its flag, and from it the
-// environment variable (INBOXD_ and the flag's name in capitals), the default the flag
-// shows (from value, a constant of package defaults) and the README's configuration
-// table (TestREADMEConfigTable writes it from these rows).
+// setting is one row of the table of settings (defaults.Settings) bound to its field
+// of a Config, with what the row implies: the environment variable (INBOXD_ and the
+// flag's name in capitals) and the default as the flag shows it.
 type setting struct {
-	row
-	env, def string // derived by settings: INBOXD_FLAG_NAME, and value as the flag shows it
+	defaults.Setting
+	env, def string
+	set      func(string) error
+	boolFlag bool // "-flag" alone means true
 }
 
-// row is what a setting's line in the table gives.
-type row struct {
-	flag string
-	// value is the built-in default: a string, int, bool or time.Duration ("" or false:
-	// none).
-	value any
-	usage string // the flag's help
-	// readme is the meaning cell of the setting's README row, optionally preceded by a
-	// default cell of its own and " | " when the default is not a literal (CPUs, or a
-	// default that depends on another setting); sharesRowAbove lists the variable in the
-	// row above instead.
-	readme string
-	set    func(string) error
-}
-
-// sharesRowAbove documents a setting in the README row above it (e.g. a login beside its
-// passcode).
-const sharesRowAbove = "\x00above"
-
-// boolFlags are the settings where "-flag" alone means true.
-var boolFlags = map[string]bool{"demo": true, "stomp-tls": true, "stomp-tls-insecure-skip-verify": true, "non-durable-topics": true}
-
-// settings is every setting, each filling its field of c, with what its row implies.
+// settings is every setting, each filling its field of c: by the field's type (a
+// string, a comma-separated list, a whole number, a boolean or a duration), except
+// the flags whose text means something else than the field's value (special).
 func settings(c *Config) []setting {
+	special := map[string]func(string) error{
+		// An empty address turns the part off.
+		"http-addr":    addr(&c.HTTPAddr, &c.DisableHTTP),
+		"webhook-addr": addr(&c.WebhookAddr, &c.DisableWebhook),
+		"migrate": func(v string) error {
+			switch v {
+			case "auto", "off":
+				c.MigrateAtStart = v == "auto"
+				return nil
+			}
+			return fmt.Errorf("want auto or off: %q", v)
+		},
+		// 0 means none or forever here; toLibrary translates them.
+		"immediate-retries":    num(&c.immediateRetries),
+		"retention":            dur(&c.retention),
+		"quarantine-retention": dur(&c.quarantineRetention),
+	}
 	var out []setting
-	for _, r := range table(c) {
-		env := "INBOXD_" + strings.ToUpper(strings.ReplaceAll(r.flag, "-", "_"))
-		out = append(out, setting{row: r, env: env, def: defaultText(r.value)})
+	for _, r := range defaults.Settings() {
+		s := setting{Setting: r, env: "INBOXD_" + strings.ToUpper(strings.ReplaceAll(r.Flag, "-", "_")), def: defaultText(r.Default)}
+		if s.set = special[r.Flag]; s.set == nil {
+			f := reflect.ValueOf(c).Elem().FieldByName(r.Field)
+			if !f.IsValid() || !f.CanSet() {
+				panic("config: setting " + r.Flag + " names no field " + r.Field) // a bug in the table
+			}
+			s.set, s.boolFlag = setter(f.Addr().Interface()), f.Kind() == reflect.Bool
+		}
+		out = append(out, s)
 	}
 	return out
+}
+
+// setter parses a flag's text into the field p points to.
+func setter(p any) func(string) error {
+	switch p := p.(type) {
+	case *string:
+		return func(v string) error { *p = v; return nil }
+	case *[]string:
+		return func(v string) error {
+			*p = nil
+			for _, s := range strings.Split(v, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					*p = append(*p, s)
+				}
+			}
+			return nil
+		}
+	case *int:
+		return num(p)
+	case *bool:
+		return func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("not a boolean (true or false): %q", v)
+			}
+			*p = b
+			return nil
+		}
+	case *time.Duration:
+		return dur(p)
+	}
+	panic(fmt.Sprintf("config: a setting of type %T", p)) // a bug in the table
+}
+
+func num(p *int) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not a whole number: %q", v)
+		}
+		*p = n
+		return nil
+	}
+}
+
+func dur(p *time.Duration) func(string) error {
+	return func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration (e.g. 250ms, 5s): %q", v)
+		}
+		*p = d
+		return nil
+	}
+}
+
+// addr sets an address whose empty value turns its part off.
+func addr(p *string, off *bool) func(string) error {
+	return func(v string) error { *p, *off = v, v == ""; return nil }
 }
 
 // defaultText writes a built-in default as the flag takes it, a duration as an operator
@@ -128,264 +193,6 @@ func defaultText(v any) string {
 		return short(v)
 	}
 	panic(fmt.Sprintf("config: a default of type %T", v)) // a bug in the table
-}
-
-// table is the one table of settings, a row each, in the order of the README's
-// configuration table. A new setting is a row here, its default in package defaults and
-// its inboxd.Config field (TestConfigDocs, TestDefaultsAgree and TestREADMEConfigTable
-// hold the three together).
-func table(c *Config) []row {
-	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	list := func(p *[]string) func(string) error {
-		return func(v string) error {
-			*p = nil
-			for _, s := range strings.Split(v, ",") {
-				if s = strings.TrimSpace(s); s != "" {
-					*p = append(*p, s)
-				}
-			}
-			return nil
-		}
-	}
-	num := func(p *int) func(string) error {
-		return func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("not a whole number: %q", v)
-			}
-			*p = n
-			return nil
-		}
-	}
-	boolean := func(p *bool) func(string) error {
-		return func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("not a boolean (true or false): %q", v)
-			}
-			*p = b
-			return nil
-		}
-	}
-	// An empty address turns the part off.
-	addr := func(p *string, off *bool) func(string) error {
-		return func(v string) error { *p, *off = v, v == ""; return nil }
-	}
-	dur := func(p *time.Duration) func(string) error {
-		return func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("not a duration (e.g. 250ms, 5s): %q", v)
-			}
-			*p = d
-			return nil
-		}
-	}
-	return []row{
-		{"database-url", defaults.DatabaseURL, "PostgreSQL or CockroachDB connection URL",
-			"PostgreSQL or CockroachDB",
-			str(&c.DatabaseURL)},
-		{"database-password-file", "", "file holding the database password, used instead of one in the URL (not world-readable)",
-			"file holding the database password, applied to the connection config (see [Secrets](#secrets))",
-			str(&c.DatabasePasswordFile)},
-		{"stomp-addr", defaults.StompAddr, "broker STOMP address host:port (ActiveMQ, or RabbitMQ's STOMP plugin)",
-			"the broker's STOMP listener: ActiveMQ, or RabbitMQ's STOMP plugin (see [RabbitMQ](#rabbitmq))",
-			str(&c.StompAddr)},
-		{"broker", defaults.Broker, "broker STOMP dialect: activemq, rabbitmq, or auto (from the CONNECTED frame's server header)",
-			"the broker's STOMP dialect: `activemq`, `rabbitmq`, or `auto` (from the `server` header of the `CONNECTED` frame)",
-			str(&c.Broker)},
-		{"stomp-host", "", "STOMP host header: RabbitMQ's virtual host (empty: / for broker rabbitmq, else the host of stomp-addr)",
-			"the `host` header of `CONNECT`: RabbitMQ's virtual host. Empty: `/` with `INBOXD_BROKER=rabbitmq`, else the host of `INBOXD_STOMP_ADDR` (which ActiveMQ ignores)",
-			str(&c.StompHost)},
-		{"stomp-login", "", "STOMP login",
-			"STOMP credentials",
-			str(&c.StompLogin)},
-		{"stomp-passcode", "", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)",
-			sharesRowAbove,
-			str(&c.StompPasscode)},
-		{"stomp-passcode-file", "", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)",
-			"file holding the STOMP passcode (see [Secrets](#secrets))",
-			str(&c.StompPasscodeFile)},
-		{"stomp-heart-beat", defaults.StompHeartBeat, "STOMP heart-beat interval both ways; a silent broker is noticed within 1.5 intervals (negative: off)",
-			"STOMP heart-beat interval, both ways; inboxd asks the broker for a beat every half interval and drops a connection silent for 1.5 intervals, so a blackholed broker is noticed within two (negative: off)",
-			dur(&c.StompHeartBeat)},
-		{"stomp-tls", false, "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext",
-			"TLS to the broker's `stomp+ssl` connector; never falls back to plaintext (see [Broker over TLS](#broker-over-tls))",
-			boolean(&c.StompTLS)},
-		{"stomp-ca-file", "", "PEM CA bundle that signs the broker's certificate (empty: the system pool)",
-			"PEM CA bundle that signs the broker's certificate; empty: the system pool",
-			str(&c.StompCAFile)},
-		{"stomp-server-name", "", "name the broker's certificate must carry (empty: the host of stomp-addr)",
-			"name the broker's certificate must carry; empty: the host of `INBOXD_STOMP_ADDR`",
-			str(&c.StompServerName)},
-		{"stomp-cert-file", "", "client certificate (PEM) for mutual TLS",
-			"client certificate and key (PEM) for mutual TLS; the key file must not be world-readable",
-			str(&c.StompCertFile)},
-		{"stomp-key-file", "", "client key (PEM) for mutual TLS; not world-readable",
-			sharesRowAbove,
-			str(&c.StompKeyFile)},
-		{"stomp-tls-insecure-skip-verify", false, "INSECURE: accept any broker certificate (anyone on the path can read and change messages)",
-			"**insecure**: accept any broker certificate (logged as a warning at start)",
-			boolean(&c.StompTLSInsecureSkip)},
-		{"destination", defaults.Destination, "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set",
-			"comma-separated destinations to consume. `/topic/…` ones get a durable subscription",
-			list(&c.Destinations)},
-		{"publish-destination", "", "where POST /registration publishes, e.g. /topic/VirtualTopic.registrations (empty: the first destination)",
-			"empty: the first destination | where the demo's `POST /registration` publishes, e.g. `/topic/VirtualTopic.registrations`",
-			str(&c.PublishDestination)},
-		{"client-id", defaults.ClientID, "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application",
-			"durable subscriptions: the connection for `/topic/T` connects with client id `<client-id>.T`. Keep it stable, and use one per application",
-			str(&c.ClientID)},
-		{"subscription-name", defaults.SubscriptionName, "durable topic subscriptions: activemq.subscriptionName. Keep it stable",
-			"durable subscriptions: `activemq.subscriptionName`. Keep it stable",
-			str(&c.SubscriptionName)},
-		{"non-durable-topics", false, "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected",
-			"`true` subscribes topics non-durably, which loses every event published while inboxd is disconnected. Without it, a topic with an empty client id or subscription name is refused at start",
-			boolean(&c.NonDurableTopics)},
-		{"http-addr", defaults.HTTPAddr, "REST API listen address",
-			"REST API (the library's `Config.HTTPAddr` defaults to loopback, `127.0.0.1:8090`)",
-			addr(&c.HTTPAddr, &c.DisableHTTP)},
-		{"admin-token", "", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)",
-			"bearer token for `/admin/*`, also accepted by `/journal/*`; empty: `/admin/*` is served to localhost only, or to nobody when `INBOXD_READ_TOKEN` is set (see [SECURITY.md](SECURITY.md))",
-			str(&c.AdminToken)},
-		{"admin-token-file", "", "file holding the admin token (not world-readable)",
-			"file holding the admin token",
-			str(&c.AdminTokenFile)},
-		{"read-token", "", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)",
-			"bearer token for the journal reads (`/journal/*`, personal data); empty, with no admin token: served to localhost only. It never opens `/admin/*`",
-			str(&c.ReadToken)},
-		{"read-token-file", "", "file holding the read token (not world-readable)",
-			"file holding the read token",
-			str(&c.ReadTokenFile)},
-		{"webhook-addr", defaults.WebhookAddr, "changefeed webhook HTTPS listen address (empty: webhook off)",
-			"changefeed webhook, HTTPS (empty: off). The library serves it only on CockroachDB unless `Config.WebhookAddr` is set",
-			addr(&c.WebhookAddr, &c.DisableWebhook)},
-		{"webhook-url", defaults.WebhookURL, "sink URL the changefeed posts to",
-			"the sink URL the changefeed posts to: `webhook-https://host[:port][/path]`, without credentials or query (checked at start unless the webhook is off)",
-			str(&c.WebhookURL)},
-		{"webhook-token", "", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses",
-			"the changefeed must send `Authorization: Bearer <token>`; empty: generated once into `INBOXD_CERT_DIR/webhook-token` (0600), which `inboxd changefeed create` sends. The webhook is never open",
-			str(&c.WebhookToken)},
-		{"webhook-token-file", "", "file holding the webhook token (not world-readable)",
-			"file holding the webhook token",
-			str(&c.WebhookTokenFile)},
-		{"cert-dir", defaults.CertDir, "directory for the generated webhook CA and certificate",
-			"generated CA, server certificate and webhook token; `ca.b64` there is the value for `ca_cert=`. Narrowed to 0700 if more open; a key or token file others can read is refused",
-			str(&c.CertDir)},
-		{"cert-file", "", "webhook TLS certificate file (PEM); generated when empty",
-			"your own webhook certificate instead; the key file must not be world-readable",
-			str(&c.CertFile)},
-		{"key-file", "", "webhook TLS key file (PEM)",
-			sharesRowAbove,
-			str(&c.KeyFile)},
-		{"cert-hosts", defaults.CertHosts, "host names and IPs of the generated certificate, comma-separated",
-			"names of the generated certificate",
-			list(&c.CertHosts)},
-		{"batch-size", defaults.BatchSize, "messages per ingest transaction, at most",
-			"messages per ingest statement, at most",
-			num(&c.BatchSize)},
-		{"batch-linger", defaults.BatchLinger, "how long a partial ingest batch waits for more messages",
-			"how long a partial batch waits",
-			dur(&c.BatchLinger)},
-		{"commits-in-flight", defaults.CommitsInFlight, "ingest batches of one destination written at once (acks stay in order)",
-			"batches of one destination written at once; acks stay in dispatch order",
-			num(&c.CommitsInFlight)},
-		{"prefetch", defaults.Prefetch, "broker prefetch per subscription (ActiveMQ activemq.prefetchSize, RabbitMQ prefetch-count); must exceed batch-size",
-			"unacked messages per subscription: ActiveMQ's `activemq.prefetchSize`, RabbitMQ's `prefetch-count`; must exceed the batch size",
-			num(&c.Prefetch)},
-		{"ack-mode", defaults.AckMode, "client (one cumulative ack per batch) or client-individual",
-			"`client` (one cumulative ack per batch) or `client-individual`",
-			str(&c.AckMode)},
-		{"max-body-bytes", defaults.MaxBodyBytes, "larger message bodies are quarantined",
-			"larger bodies are quarantined as `too_large`",
-			num(&c.MaxBodyBytes)},
-		{"max-statement-bytes", defaults.MaxStatementBytes, "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one",
-			"one SQL statement carrying message bytes, parameters included, at most. CockroachDB refuses any client message over `sql.conn.max_read_buffer_message_size` (16 MiB by default, SQLSTATE 08P01), so an ingest batch is closed before it outgrows one statement and written as several if it must; `INBOXD_MAX_BODY_BYTES` must fit one (checked at start). A message too large for one statement is quarantined `too_large` with its first bytes and a SHA-256 of the whole body, and cannot be re-injected",
-			num(&c.MaxStatementBytes)},
-		{"max-inflight-bytes", defaults.MaxInflightBytes, "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies",
-			"message bytes one destination holds unacked, at most: past it, ingest commits what it took and subscribes again with a prefetch that fits the largest bodies (for a minute)",
-			num(&c.MaxInflightBytes)},
-		{"id-source", defaults.IDSource, "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id",
-			"where the event id is read: `payload:FIELD`, `header:NAME` (e.g. `header:message-id`), or `cloudevents` (only CloudEvents accepted); any non-empty string up to 1 KiB, UUID or not. CloudEvents are always keyed by `source` + `id`",
-			str(&c.IDSource)},
-		{"default-event-type", "", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)",
-			"empty (`registration` with `INBOXD_DEMO`) | type of events that name none (`event-type` header, else payload `type`); empty: such messages are quarantined as `missing_type`",
-			str(&c.DefaultEventType)},
-		{"migrate", "off", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible",
-			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock, and on CockroachDB sets the row-level TTL of the retention configured, as `inboxd migrate` does; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](#deploying))",
-			func(v string) error {
-				switch v {
-				case "auto", "off":
-					c.MigrateAtStart = v == "auto"
-					return nil
-				}
-				return fmt.Errorf("want auto or off: %q", v)
-			}},
-		{"demo", false, "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table",
-			"serve the demo, as `make demo` and docker compose do: the registration handler (unless the program registered its own), `GET /registration/form` and `POST /registration`; its `customers` table is created by `inboxd migrate` with `INBOXD_DEMO` (or `serve` with `INBOXD_MIGRATE=auto`). Off, inboxd knows no business event and opens no door that publishes into your queues",
-			boolean(&c.Demo)},
-		{"concurrency", defaults.Concurrency(), "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2",
-			"CPUs, at least 2 | processing transactions at once, each a batch of up to `INBOXD_PROCESS_BATCH_SIZE` events of different aggregates. More workers than the database has cores only contend: on 2 cores, `inboxd bench -n 20000 -reps 2 -rows ingest,e2e-max -concurrency 8` gave 0.41–0.44× the ingest rate end to end (load 0.25 → 1.27), against 0.55× with 2 workers in the run of [Performance](#performance)",
-			num(&c.Concurrency)},
-		// The recoverability policy; its defaults are the engine's (process.Default*).
-		{"immediate-retries", defaults.ImmediateRetries, "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)",
-			"times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed; `-1` (or `0`): none (see [Recoverability](#recoverability))",
-			num(&c.immediateRetries)},
-		{"max-attempts", defaults.MaxAttempts, "recorded handler attempts before an event is DEAD",
-			"recorded attempts before `DEAD`",
-			num(&c.MaxAttempts)},
-		{"retry-base-delay", defaults.RetryBaseDelay, "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%",
-			"delay after the first failed attempt; it doubles per attempt, ±10%",
-			dur(&c.RetryBaseDelay)},
-		{"retry-max-delay", defaults.RetryMaxDelay, "longest delay between two attempts",
-			"longest delay between two attempts",
-			dur(&c.RetryMaxDelay)},
-		{"process-batch-size", defaults.ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)",
-			"events per processing transaction, at most (see \"Batches and CockroachDB\")",
-			num(&c.ProcessBatchSize)},
-		{"handler-timeout", defaults.HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout",
-			"bound of one handler run (and the processing transactions' `statement_timeout`); an overrun is a failed attempt, and a handler that ignores its context is abandoned with its transaction",
-			dur(&c.HandlerTimeout)},
-		{"webhook-process-timeout", defaults.WebhookProcessTimeout, "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout",
-			"how long the webhook may process one changefeed batch. It runs detached from the sink's request, so the sink's `webhook_client_timeout` does not roll it back, and a retry of it joins it (see \"Webhook timeouts\"); at least `INBOXD_HANDLER_TIMEOUT`",
-			dur(&c.WebhookProcessTimeout)},
-		{"sweep-interval", defaults.SweepInterval, "how often the sweeper looks for due retries and undelivered events",
-			"sweeper period",
-			dur(&c.SweepInterval)},
-		{"sweep-grace", time.Duration(defaults.SweepGrace), "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB",
-			"how long a `RECEIVED` event waits for the feed; 0 means none on PostgreSQL, 30s on CockroachDB",
-			dur(&c.SweepGrace)},
-		{"outbox-poll-interval", defaults.OutboxPollInterval, "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)",
-			"outbox relay's safety-net poll; on PostgreSQL a commit that emitted wakes it at once (LISTEN/NOTIFY)",
-			dur(&c.OutboxPollInterval)},
-		{"outbox-batch-size", defaults.OutboxBatchSize, "outbox messages claimed per relay pass, at most",
-			"outbox messages claimed per relay pass",
-			num(&c.OutboxBatchSize)},
-		{"outbox-lease", defaults.OutboxLease, "how long a relay holds the outbox messages it claimed before another instance may take them",
-			"how long a relay holds its claimed messages; it stops publishing them at ¾ of it, so two instances never publish one at once",
-			dur(&c.OutboxLease)},
-		{"outbox-retention", defaults.OutboxRetention, "how long sent outbox messages are kept before deletion",
-			"sent outbox messages are deleted after this long (in batches of 1000)",
-			dur(&c.OutboxRetention)},
-		{"retention", defaults.Retention, "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever",
-			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see Retention); `-1s` (or `0`) keeps them forever",
-			dur(&c.retention)},
-		{"quarantine-retention", defaults.QuarantineRetention, "how long quarantined messages are kept; -1s or 0 keeps them forever",
-			"how long quarantined messages are kept; `-1s` (or `0`) keeps them forever",
-			dur(&c.quarantineRetention)},
-		{"shutdown-timeout", defaults.ShutdownTimeout, "how long a graceful shutdown may take",
-			"bound of the whole graceful shutdown (all steps together)",
-			dur(&c.ShutdownTimeout)},
-		{"stall-after", defaults.StallAfter, "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing",
-			"`/readyz` reports ingest, processing or the feed stuck after this long without progress while work waits",
-			dur(&c.StallAfter)},
-		{"log-format", defaults.LogFormat, "text or json",
-			"slog output",
-			str(&c.LogFormat)},
-		{"log-level", defaults.LogLevel, "debug, info, warn or error",
-			sharesRowAbove,
-			str(&c.LogLevel)},
-	}
 }
 
 // short writes a default duration as an operator would: "168h", not "168h0m0s".
@@ -414,11 +221,11 @@ func Register(fs *flag.FlagSet) *Config {
 			_ = s.set(s.def)
 			c.envErrs = append(c.envErrs, fmt.Sprintf("%s: %v", s.env, err))
 		}
-		usage := fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def)
-		if boolFlags[s.flag] {
-			fs.BoolFunc(s.flag, usage, s.set)
+		usage := fmt.Sprintf("%s (env %s, default %q)", s.Usage, s.env, s.def)
+		if s.boolFlag {
+			fs.BoolFunc(s.Flag, usage, s.set)
 		} else {
-			fs.Func(s.flag, usage, s.set)
+			fs.Func(s.Flag, usage, s.set)
 		}
 	}
 	return c
@@ -431,7 +238,7 @@ func Defaults() *Config {
 	c := &Config{}
 	for _, s := range settings(c) {
 		if err := s.set(s.def); err != nil {
-			panic("config: bad built-in default of " + s.flag + ": " + err.Error()) // a bug in the table
+			panic("config: bad built-in default of " + s.Flag + ": " + err.Error()) // a bug in the table
 		}
 	}
 	c.toLibrary()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd"
+	"github.com/inboxd/inboxd/internal/defaults"
 )
 
 // statedDefault is the value a field's doc gives after "Defaults to ", up to the
@@ -104,7 +105,8 @@ func TestConfigDocs(t *testing.T) {
 }
 
 // settingFields maps each command-line setting that sets an inboxd.Config field to
-// that field's name, found by setting it to a probe value and seeing what changed.
+// that field's name, found by setting it to a probe value and seeing what changed: the
+// field its row names (defaults.Setting.Field).
 func settingFields(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -121,6 +123,9 @@ func settingFields(t *testing.T) map[string]string {
 				if f := a.Type().Field(j); f.IsExported() && !reflect.DeepEqual(a.Field(j).Interface(), b.Field(j).Interface()) &&
 					!strings.HasPrefix(f.Name, "Disable") {
 					out[f.Name] = s.env
+					if f.Name != s.Field {
+						t.Errorf("%s sets Config.%s, its row names %s", s.env, f.Name, s.Field)
+					}
 				}
 			}
 			break
@@ -141,7 +146,7 @@ const (
 )
 
 // readmeTable writes the README's configuration table from the settings: a row per
-// setting (or per group, sharesRowAbove), its default as the flag shows it unless the
+// setting (or per group, defaults.SharesRowAbove), its default as the flag shows it unless the
 // row states its own.
 func readmeTable(t *testing.T) string {
 	t.Helper()
@@ -155,7 +160,7 @@ func readmeTable(t *testing.T) string {
 		if s.def != "" {
 			cell = "`" + s.def + "`"
 		}
-		if s.readme == sharesRowAbove {
+		if s.README == defaults.SharesRowAbove {
 			if len(lines) == 0 {
 				t.Fatalf("%s shares the row above, and there is none", s.env)
 			}
@@ -166,8 +171,8 @@ func readmeTable(t *testing.T) string {
 			}
 			continue
 		}
-		l := &line{envs: []string{s.env}, defs: []string{cell}, meaning: s.readme}
-		if def, meaning, ok := strings.Cut(s.readme, " | "); ok {
+		l := &line{envs: []string{s.env}, defs: []string{cell}, meaning: s.README}
+		if def, meaning, ok := strings.Cut(s.README, " | "); ok {
 			l.def, l.meaning = def, meaning
 		}
 		if l.meaning == "" {

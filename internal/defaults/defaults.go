@@ -1,7 +1,8 @@
-// Package defaults is inboxd's one table of default values. The command line's flags
-// (their documented defaults), the library's Config.WithDefaults and every component's
-// own zero-value handling read the same constants here, so a component used directly,
-// in a test or by a future caller, behaves as the product does.
+// Package defaults is inboxd's one table of default values and of settings
+// (Settings). The command line's flags (their documented defaults), the library's
+// Config.WithDefaults and every component's own zero-value handling read the same
+// constants here, so a component used directly, in a test or by a future caller,
+// behaves as the product does.
 //
 // It imports nothing of inboxd's, so that every package can use it.
 package defaults
@@ -131,6 +132,8 @@ const (
 	OutboxBatchSize    = 100
 	OutboxLease        = 30 * time.Second
 	OutboxRetention    = 24 * time.Hour
+	// OutboxRetryMaxDelay caps the backoff of a message the broker refused: 1s, doubling.
+	OutboxRetryMaxDelay = 5 * time.Minute
 	// OutboxPublishers is how many broker connections the relay publishes on.
 	OutboxPublishers = 4
 	// OutboxCleanupInterval and OutboxCleanupBatch pace the deletion of sent messages.
@@ -151,3 +154,184 @@ const (
 	// third of it while it migrates.
 	MigrationLease = 30 * time.Second
 )
+
+// Setting is one row of the table of settings: a flag of the command line, which the
+// environment variable INBOXD_<FLAG> (capitals, "_" for "-") sets too, and the field it
+// fills. Package internal/config makes the flags from these rows, and its
+// TestREADMEConfigTable writes the README's configuration table from them.
+type Setting struct {
+	Flag string
+	// Field is the field the setting fills: inboxd.Config's, whose doc TestConfigDocs
+	// holds to Default, or the command line's own (internal/config.Config).
+	Field string
+	// Default is the built-in default: a string, int, bool or time.Duration ("" or false:
+	// none), mostly a constant above, which the components' zero values take too.
+	Default any
+	Usage   string // the flag's help
+	// README is the meaning cell of the setting's README row, optionally preceded by a
+	// default cell of its own and " | " when the default is not a literal (CPUs, or a
+	// default that depends on another setting); SharesRowAbove lists the variable in the
+	// row above instead.
+	README string
+}
+
+// SharesRowAbove documents a setting in the README row above it (e.g. a login beside its
+// passcode).
+const SharesRowAbove = "\x00above"
+
+// Settings is the one table of settings, a row each, in the order of the README's
+// configuration table.
+//
+// Adding a setting touches three files:
+//  1. here: its default (a constant above) and its row;
+//  2. config.go of package inboxd: its Config field, documented "… (INBOXD_X). Defaults
+//     to Y." (TestConfigDocs), and its line in WithDefaults;
+//  3. the component that reads it: a field of its Config with the same name, or the
+//     name less the component's prefix (OutboxLease → outbox.Config.Lease), which
+//     takes the constant when zero (defaults.Or).
+//
+// Then regenerate the README's table: go test ./internal/config -run
+// TestREADMEConfigTable -update. The root package copies the field into the
+// component's Config by name (copySettings in parts.go; TestEverySettingReachesAComponent
+// fails for a setting that reaches no component), and the component's
+// TestZeroConfigTakesTheTable holds its zero value to the default (Unlike). Only a
+// setting that changes name, type or meaning on the way needs a line in parts.go, and
+// only a flag whose text means something else than its field's value (http-addr: empty
+// turns the API off) a setter in internal/config.
+func Settings() []Setting {
+	return []Setting{
+		{"database-url", "DatabaseURL", DatabaseURL, "PostgreSQL or CockroachDB connection URL",
+			"PostgreSQL or CockroachDB"},
+		{"database-password-file", "DatabasePasswordFile", "", "file holding the database password, used instead of one in the URL (not world-readable)",
+			"file holding the database password, applied to the connection config (see [Secrets](#secrets))"},
+		{"stomp-addr", "StompAddr", StompAddr, "broker STOMP address host:port (ActiveMQ, or RabbitMQ's STOMP plugin)",
+			"the broker's STOMP listener: ActiveMQ, or RabbitMQ's STOMP plugin (see [RabbitMQ](#rabbitmq))"},
+		{"broker", "Broker", Broker, "broker STOMP dialect: activemq, rabbitmq, or auto (from the CONNECTED frame's server header)",
+			"the broker's STOMP dialect: `activemq`, `rabbitmq`, or `auto` (from the `server` header of the `CONNECTED` frame)"},
+		{"stomp-host", "StompHost", "", "STOMP host header: RabbitMQ's virtual host (empty: / for broker rabbitmq, else the host of stomp-addr)",
+			"the `host` header of `CONNECT`: RabbitMQ's virtual host. Empty: `/` with `INBOXD_BROKER=rabbitmq`, else the host of `INBOXD_STOMP_ADDR` (which ActiveMQ ignores)"},
+		{"stomp-login", "StompLogin", "", "STOMP login",
+			"STOMP credentials"},
+		{"stomp-passcode", "StompPasscode", "", "STOMP passcode (a flag is visible in ps: prefer the env or -stomp-passcode-file)",
+			SharesRowAbove},
+		{"stomp-passcode-file", "StompPasscodeFile", "", "file holding the STOMP passcode (not world-readable; trailing newline trimmed)",
+			"file holding the STOMP passcode (see [Secrets](#secrets))"},
+		{"stomp-heart-beat", "StompHeartBeat", StompHeartBeat, "STOMP heart-beat interval both ways; a silent broker is noticed within 1.5 intervals (negative: off)",
+			"STOMP heart-beat interval, both ways; inboxd asks the broker for a beat every half interval and drops a connection silent for 1.5 intervals, so a blackholed broker is noticed within two (negative: off)"},
+		{"stomp-tls", "StompTLS", false, "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext",
+			"TLS to the broker's `stomp+ssl` connector; never falls back to plaintext (see [Broker over TLS](#broker-over-tls))"},
+		{"stomp-ca-file", "StompCAFile", "", "PEM CA bundle that signs the broker's certificate (empty: the system pool)",
+			"PEM CA bundle that signs the broker's certificate; empty: the system pool"},
+		{"stomp-server-name", "StompServerName", "", "name the broker's certificate must carry (empty: the host of stomp-addr)",
+			"name the broker's certificate must carry; empty: the host of `INBOXD_STOMP_ADDR`"},
+		{"stomp-cert-file", "StompCertFile", "", "client certificate (PEM) for mutual TLS",
+			"client certificate and key (PEM) for mutual TLS; the key file must not be world-readable"},
+		{"stomp-key-file", "StompKeyFile", "", "client key (PEM) for mutual TLS; not world-readable",
+			SharesRowAbove},
+		{"stomp-tls-insecure-skip-verify", "StompTLSInsecureSkip", false, "INSECURE: accept any broker certificate (anyone on the path can read and change messages)",
+			"**insecure**: accept any broker certificate (logged as a warning at start)"},
+		{"destination", "Destinations", Destination, "STOMP destination(s) to consume, comma-separated; /topic/ ones get a durable subscription. The first is where POST /registration publishes unless publish-destination is set",
+			"comma-separated destinations to consume. `/topic/…` ones get a durable subscription"},
+		{"publish-destination", "PublishDestination", "", "where POST /registration publishes, e.g. /topic/VirtualTopic.registrations (empty: the first destination)",
+			"empty: the first destination | where the demo's `POST /registration` publishes, e.g. `/topic/VirtualTopic.registrations`"},
+		{"client-id", "ClientID", ClientID, "durable topic subscriptions: client id; the connection of /topic/T connects as <client-id>.T. Keep it stable, one per application",
+			"durable subscriptions: the connection for `/topic/T` connects with client id `<client-id>.T`. Keep it stable, and use one per application"},
+		{"subscription-name", "SubscriptionName", SubscriptionName, "durable topic subscriptions: activemq.subscriptionName. Keep it stable",
+			"durable subscriptions: `activemq.subscriptionName`. Keep it stable"},
+		{"non-durable-topics", "NonDurableTopics", false, "subscribe /topic/ destinations non-durably, losing every event published while inboxd is disconnected",
+			"`true` subscribes topics non-durably, which loses every event published while inboxd is disconnected. Without it, a topic with an empty client id or subscription name is refused at start"},
+		{"http-addr", "HTTPAddr", HTTPAddr, "REST API listen address",
+			"REST API (the library's `Config.HTTPAddr` defaults to loopback, `127.0.0.1:8090`)"},
+		{"admin-token", "AdminToken", "", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)",
+			"bearer token for `/admin/*`, also accepted by `/journal/*`; empty: `/admin/*` is served to localhost only, or to nobody when `INBOXD_READ_TOKEN` is set (see [SECURITY.md](SECURITY.md))"},
+		{"admin-token-file", "AdminTokenFile", "", "file holding the admin token (not world-readable)",
+			"file holding the admin token"},
+		{"read-token", "ReadToken", "", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)",
+			"bearer token for the journal reads (`/journal/*`, personal data); empty, with no admin token: served to localhost only. It never opens `/admin/*`"},
+		{"read-token-file", "ReadTokenFile", "", "file holding the read token (not world-readable)",
+			"file holding the read token"},
+		{"webhook-addr", "WebhookAddr", WebhookAddr, "changefeed webhook HTTPS listen address (empty: webhook off)",
+			"changefeed webhook, HTTPS (empty: off). The library serves it only on CockroachDB unless `Config.WebhookAddr` is set"},
+		{"webhook-url", "WebhookURL", WebhookURL, "sink URL the changefeed posts to",
+			"the sink URL the changefeed posts to: `webhook-https://host[:port][/path]`, without credentials or query (checked at start unless the webhook is off)"},
+		{"webhook-token", "WebhookToken", "", "bearer token the changefeed must send (webhook_auth_header); empty: generated once into cert-dir/webhook-token (0600), which changefeed create uses",
+			"the changefeed must send `Authorization: Bearer <token>`; empty: generated once into `INBOXD_CERT_DIR/webhook-token` (0600), which `inboxd changefeed create` sends. The webhook is never open"},
+		{"webhook-token-file", "WebhookTokenFile", "", "file holding the webhook token (not world-readable)",
+			"file holding the webhook token"},
+		{"cert-dir", "CertDir", CertDir, "directory for the generated webhook CA and certificate",
+			"generated CA, server certificate and webhook token; `ca.b64` there is the value for `ca_cert=`. Narrowed to 0700 if more open; a key or token file others can read is refused"},
+		{"cert-file", "CertFile", "", "webhook TLS certificate file (PEM); generated when empty",
+			"your own webhook certificate instead; the key file must not be world-readable"},
+		{"key-file", "KeyFile", "", "webhook TLS key file (PEM)",
+			SharesRowAbove},
+		{"cert-hosts", "CertHosts", CertHosts, "host names and IPs of the generated certificate, comma-separated",
+			"names of the generated certificate"},
+		{"batch-size", "BatchSize", BatchSize, "messages per ingest transaction, at most",
+			"messages per ingest statement, at most"},
+		{"batch-linger", "BatchLinger", BatchLinger, "how long a partial ingest batch waits for more messages",
+			"how long a partial batch waits"},
+		{"commits-in-flight", "CommitsInFlight", CommitsInFlight, "ingest batches of one destination written at once (acks stay in order)",
+			"batches of one destination written at once; acks stay in dispatch order"},
+		{"prefetch", "Prefetch", Prefetch, "broker prefetch per subscription (ActiveMQ activemq.prefetchSize, RabbitMQ prefetch-count); must exceed batch-size",
+			"unacked messages per subscription: ActiveMQ's `activemq.prefetchSize`, RabbitMQ's `prefetch-count`; must exceed the batch size"},
+		{"ack-mode", "AckMode", AckMode, "client (one cumulative ack per batch) or client-individual",
+			"`client` (one cumulative ack per batch) or `client-individual`"},
+		{"max-body-bytes", "MaxBodyBytes", MaxBodyBytes, "larger message bodies are quarantined",
+			"larger bodies are quarantined as `too_large`"},
+		{"max-statement-bytes", "MaxStatementBytes", MaxStatementBytes, "one SQL statement carrying message bytes, parameters included, at most; keep it well under CockroachDB's sql.conn.max_read_buffer_message_size (16 MiB); max-body-bytes must fit one",
+			"one SQL statement carrying message bytes, parameters included, at most. CockroachDB refuses any client message over `sql.conn.max_read_buffer_message_size` (16 MiB by default, SQLSTATE 08P01), so an ingest batch is closed before it outgrows one statement and written as several if it must; `INBOXD_MAX_BODY_BYTES` must fit one (checked at start). A message too large for one statement is quarantined `too_large` with its first bytes and a SHA-256 of the whole body, and cannot be re-injected"},
+		{"max-inflight-bytes", "MaxInflightBytes", MaxInflightBytes, "message bytes one destination holds unacked, at most; past it the prefetch shrinks to fit the largest bodies",
+			"message bytes one destination holds unacked, at most: past it, ingest commits what it took and subscribes again with a prefetch that fits the largest bodies (for a minute)"},
+		{"id-source", "IDSource", IDSource, "where a message's event id is read: payload:FIELD (a top-level payload field), header:NAME (a STOMP header, e.g. header:message-id, the JMS message id), or cloudevents (only CloudEvents are accepted); any string, UUID or not. CloudEvents are always keyed by source and id",
+			"where the event id is read: `payload:FIELD`, `header:NAME` (e.g. `header:message-id`), or `cloudevents` (only CloudEvents accepted); any non-empty string up to 1 KiB, UUID or not. CloudEvents are always keyed by `source` + `id`"},
+		{"default-event-type", "DefaultEventType", "", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)",
+			"empty (`registration` with `INBOXD_DEMO`) | type of events that name none (`event-type` header, else payload `type`); empty: such messages are quarantined as `missing_type`"},
+		{"migrate", "MigrateAtStart", "off", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible",
+			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock, and on CockroachDB sets the row-level TTL of the retention configured, as `inboxd migrate` does; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](#deploying))"},
+		{"demo", "Demo", false, "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table",
+			"serve the demo, as `make demo` and docker compose do: the registration handler (unless the program registered its own), `GET /registration/form` and `POST /registration`; its `customers` table is created by `inboxd migrate` with `INBOXD_DEMO` (or `serve` with `INBOXD_MIGRATE=auto`). Off, inboxd knows no business event and opens no door that publishes into your queues"},
+		{"concurrency", "Concurrency", Concurrency(), "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2",
+			"CPUs, at least 2 | processing transactions at once, each a batch of up to `INBOXD_PROCESS_BATCH_SIZE` events of different aggregates. More workers than the database has cores only contend: on 2 cores, `inboxd bench -n 20000 -reps 2 -rows ingest,e2e-max -concurrency 8` gave 0.41–0.44× the ingest rate end to end (load 0.25 → 1.27), against 0.55× with 2 workers in the run of [Performance](#performance)"},
+		// The recoverability policy; its defaults are the engine's (process.Default*).
+		{"immediate-retries", "ImmediateRetries", ImmediateRetries, "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)",
+			"times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed; `-1` (or `0`): none (see [Recoverability](#recoverability))"},
+		{"max-attempts", "MaxAttempts", MaxAttempts, "recorded handler attempts before an event is DEAD",
+			"recorded attempts before `DEAD`"},
+		{"retry-base-delay", "RetryBaseDelay", RetryBaseDelay, "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%",
+			"delay after the first failed attempt; it doubles per attempt, ±10%"},
+		{"retry-max-delay", "RetryMaxDelay", RetryMaxDelay, "longest delay between two attempts",
+			"longest delay between two attempts"},
+		{"process-batch-size", "ProcessBatchSize", ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)",
+			"events per processing transaction, at most (see \"Batches and CockroachDB\")"},
+		{"handler-timeout", "HandlerTimeout", HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout",
+			"bound of one handler run (and the processing transactions' `statement_timeout`); an overrun is a failed attempt, and a handler that ignores its context is abandoned with its transaction"},
+		{"webhook-process-timeout", "WebhookProcessTimeout", WebhookProcessTimeout, "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout",
+			"how long the webhook may process one changefeed batch. It runs detached from the sink's request, so the sink's `webhook_client_timeout` does not roll it back, and a retry of it joins it (see \"Webhook timeouts\"); at least `INBOXD_HANDLER_TIMEOUT`"},
+		{"sweep-interval", "SweepInterval", SweepInterval, "how often the sweeper looks for due retries and undelivered events",
+			"sweeper period"},
+		{"sweep-grace", "SweepGrace", time.Duration(SweepGrace), "how long a RECEIVED event waits for the changefeed before the sweeper processes it; 0 means none on PostgreSQL and 30s on CockroachDB",
+			"how long a `RECEIVED` event waits for the feed; 0 means none on PostgreSQL, 30s on CockroachDB"},
+		{"outbox-poll-interval", "OutboxPollInterval", OutboxPollInterval, "how often the outbox relay looks for unsent messages when nothing woke it (PostgreSQL wakes it on commit)",
+			"outbox relay's safety-net poll; on PostgreSQL a commit that emitted wakes it at once (LISTEN/NOTIFY)"},
+		{"outbox-batch-size", "OutboxBatchSize", OutboxBatchSize, "outbox messages claimed per relay pass, at most",
+			"outbox messages claimed per relay pass"},
+		{"outbox-lease", "OutboxLease", OutboxLease, "how long a relay holds the outbox messages it claimed before another instance may take them",
+			"how long a relay holds its claimed messages; it stops publishing them at ¾ of it, so two instances never publish one at once"},
+		{"outbox-retention", "OutboxRetention", OutboxRetention, "how long sent outbox messages are kept before deletion",
+			"sent outbox messages are deleted after this long (in batches of 1000)"},
+		{"outbox-retry-max-delay", "OutboxRetryMaxDelay", OutboxRetryMaxDelay, "longest wait before the relay publishes again a message the broker refused; the wait starts at 1s and doubles per attempt",
+			"longest wait before the relay publishes again a message the broker refused (1s, doubling per attempt); the later messages of its group wait with it, and after a broker outage they go again within this long"},
+		{"retention", "Retention", Retention, "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever",
+			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see Retention); `-1s` (or `0`) keeps them forever"},
+		{"quarantine-retention", "QuarantineRetention", QuarantineRetention, "how long quarantined messages are kept; -1s or 0 keeps them forever",
+			"how long quarantined messages are kept; `-1s` (or `0`) keeps them forever"},
+		{"shutdown-timeout", "ShutdownTimeout", ShutdownTimeout, "how long a graceful shutdown may take",
+			"bound of the whole graceful shutdown (all steps together)"},
+		{"stall-after", "StallAfter", StallAfter, "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing",
+			"`/readyz` reports ingest, processing or the feed stuck after this long without progress while work waits"},
+		{"log-format", "LogFormat", LogFormat, "text or json",
+			"slog output"},
+		{"log-level", "LogLevel", LogLevel, "debug, info, warn or error",
+			SharesRowAbove},
+	}
+}

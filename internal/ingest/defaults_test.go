@@ -31,4 +31,11 @@ func TestZeroConfigTakesTheTable(t *testing.T) {
 			t.Errorf("%s = %v, the table says %v", f.name, f.got, f.want)
 		}
 	}
+	// And every field the root package fills from a setting, one added with it included.
+	// Destinations, ClientID and SubscriptionName have no default here: the caller names
+	// them (the root package always does); Broker's zero is stompx's auto; IDSource is
+	// parsed (zero: the payload's id), and MaxInflightBytes an int64, checked above.
+	for _, e := range defaults.Unlike(c, "", "Destinations", "ClientID", "SubscriptionName", "Broker", "IDSource", "MaxInflightBytes") {
+		t.Error(e)
+	}
 }

@@ -46,6 +46,9 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Retention is how long sent rows are kept before deletion. Default 24h.
 	Retention time.Duration
+	// RetryMaxDelay caps the wait before a failed row's next attempt, which starts at 1s
+	// and doubles. Default 5m.
+	RetryMaxDelay time.Duration
 	// CleanupInterval is how often sent rows past Retention are deleted, in batches of
 	// CleanupBatch. Defaults 1m and 1000.
 	CleanupInterval time.Duration
@@ -66,6 +69,7 @@ func (c Config) withDefaults() Config {
 	c.PollInterval = defaults.Or(c.PollInterval, defaults.OutboxPollInterval)
 	c.PublishTimeout = defaults.Or(c.PublishTimeout, defaults.PublishTimeout)
 	c.Retention = defaults.Or(c.Retention, defaults.OutboxRetention)
+	c.RetryMaxDelay = defaults.Or(c.RetryMaxDelay, defaults.OutboxRetryMaxDelay)
 	c.CleanupInterval = defaults.Or(c.CleanupInterval, defaults.OutboxCleanupInterval)
 	c.CleanupBatch = defaults.Or(c.CleanupBatch, defaults.OutboxCleanupBatch)
 	return c
@@ -233,7 +237,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 				r.log.Error("outbox row cannot be published; fix or delete it (its group waits)", "id", row.id, "error", row.bad)
 			}
 			if pctx.Err() == nil || row.bad != nil {
-				delays[i] = rowRetry.Delay(int(row.attempts)).Milliseconds()
+				delays[i] = r.rowRetry().Delay(int(row.attempts)).Milliseconds()
 				r.m.OutboxPublishErrors.Inc()
 				if first == nil && row.bad == nil {
 					first = perrs[i]
@@ -311,8 +315,11 @@ func (r *Relay) publishAll(ctx context.Context, rows []claimed) (tried []bool, e
 	return tried, errs
 }
 
-// rowRetry is the wait before a failed row's next attempt: 1s doubling to 5m, no jitter.
-var rowRetry = backoff.Policy{Initial: time.Second, Max: 5 * time.Minute, Jitter: -1}
+// rowRetry is the wait before a failed row's next attempt: 1s doubling to
+// RetryMaxDelay, no jitter.
+func (r *Relay) rowRetry() backoff.Policy {
+	return backoff.Policy{Initial: time.Second, Max: r.cfg.RetryMaxDelay, Jitter: -1}
+}
 
 // claim leases up to BatchSize rows: due group heads, and the rows that follow them in
 // their groups, in emit order. It picks heads without a lock, then, in one short

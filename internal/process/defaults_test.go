@@ -30,4 +30,9 @@ func TestZeroConfigTakesTheTable(t *testing.T) {
 			t.Errorf("%s = %v, the table says %v", f.name, f.got, f.want)
 		}
 	}
+	// And every field the root package fills from a setting, one added with it included;
+	// the sweeper's BatchSize is processing's, not ingest's namesake.
+	for _, e := range append(defaults.Unlike(e, "Process"), defaults.Unlike(s, "Sweep", "BatchSize")...) {
+		t.Error(e)
+	}
 }
