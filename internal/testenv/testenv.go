@@ -133,7 +133,8 @@ func Serializable() bool {
 	return strings.EqualFold(os.Getenv("INBOXD_TEST_DEFAULT_ISOLATION"), "serializable")
 }
 
-// NewDB creates a database of its own for the test, applies the migrations, and drops
+// NewDB creates a database of its own for the test, migrated (a copy of the migrated
+// template, migratedTemplate), and drops
 // it when the test ends. With INBOXD_TEST_MESSAGE_LIMIT set (bytes, e.g. 16777216),
 // its Pool connects through a LimitProxy that refuses larger client messages as
 // CockroachDB does: the CockroachDB-faithful profile's client-message limit.
@@ -158,7 +159,15 @@ func NewDBWith(t testing.TB, opts DBOptions) *DB {
 	defer admin.Close(context.Background())
 
 	name := "inboxd_test_" + Suffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	create := "CREATE DATABASE " + name
+	if !opts.Empty {
+		tmpl, err := migratedTemplate(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create += " TEMPLATE " + tmpl
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("creating database %s: %v", name, err)
 	}
 	if opts.Isolation != "" {
@@ -196,12 +205,6 @@ func NewDBWith(t testing.TB, opts DBOptions) *DB {
 		t.Fatalf("connecting to %s: %v", name, err)
 	}
 	t.Cleanup(pool.Close)
-	if opts.Empty {
-		return &DB{URL: dbURL, Pool: pool}
-	}
-	if _, err := schema.Migrate(ctx, pool); err != nil {
-		t.Fatalf("migrating %s: %v", name, err)
-	}
 	return &DB{URL: dbURL, Pool: pool}
 }
 
