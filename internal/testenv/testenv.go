@@ -134,10 +134,10 @@ func Serializable() bool {
 }
 
 // NewDB creates a database of its own for the test, migrated (a copy of the migrated
-// template, migratedTemplate), and drops
-// it when the test ends. With INBOXD_TEST_MESSAGE_LIMIT set (bytes, e.g. 16777216),
-// its Pool connects through a LimitProxy that refuses larger client messages as
-// CockroachDB does: the CockroachDB-faithful profile's client-message limit.
+// template, migratedTemplate), and drops it when the test ends. With
+// INBOXD_TEST_MESSAGE_LIMIT set (bytes, e.g. 16777216), its Pool connects through a
+// LimitProxy that refuses larger client messages as CockroachDB does: the
+// CockroachDB-faithful profile's client-message limit.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
 	return NewDBWith(t, DBOptions{})
