@@ -227,7 +227,9 @@ func TestMaxBatchesInFlight(t *testing.T) {
 func TestProcessTimeoutEndsBatch(t *testing.T) {
 	t.Parallel()
 	p := newBlockingProcessor()
-	h := webhook.New(webhook.Config{AuthHeader: token, ProcessTimeout: 100 * time.Millisecond}, p, nil, nil, nil)
+	// 1 s, not less: the second post's batch must finish within it, and under make test's
+	// load (and -race) 100 ms was once too short for a batch that does nothing.
+	h := webhook.New(webhook.Config{AuthHeader: token, ProcessTimeout: time.Second}, p, nil, nil, nil)
 	u, client := serve(t, h)
 	id := "6f1c3a52-9a57-4a4e-9f55-0c8a3c1b2d01"
 	if a := postBody(context.Background(), client, u, rowsBody(id)); a.status != http.StatusServiceUnavailable {
