@@ -29,7 +29,7 @@ func TestEntryAttemptTimeline(t *testing.T) {
 	}))
 	e := process.New(h.db.Pool, reg, process.Config{BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil, nil)
 	for i := 1; i <= 3; i++ {
-		testenv.Eventually(t, 5*time.Second, "the next attempt", func() bool { // past the 1 ms backoff
+		testenv.Eventually(t, 30*time.Second, "the next attempt", func() bool { // past the 1 ms backoff
 			if _, err := e.Process(ctx, ids[0]); err != nil {
 				t.Fatal(err)
 			}

@@ -131,7 +131,7 @@ func TestTopicsShareOneConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The server ends the backend a moment after the client's goodbye.
-	testenv.Eventually(t, 5*time.Second, "no connection once Run returned", func() bool { return backends(t, db, app) == 0 })
+	testenv.Eventually(t, 30*time.Second, "no connection once Run returned", func() bool { return backends(t, db, app) == 0 })
 }
 
 // A connection killed by the server, and refused while the database is closed, is an

@@ -136,7 +136,7 @@ func TestKickProcessesAtOnce(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let the workers find nothing and start their hour-long wait
 	pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))
 	e.Kick()
-	testenv.Eventually(t, 5*time.Second, "processed after a kick", func() bool {
+	testenv.Eventually(t, 30*time.Second, "processed after a kick", func() bool {
 		return pt.CountStatus(t, db.Pool, "PROCESSED") == 1
 	})
 }
@@ -177,7 +177,7 @@ func TestPushAcrossInstances(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))
 		pushes[0].Notify() // A has no workers: only B can process it
-		testenv.Eventually(t, 5*time.Second, "processed by the other instance after NOTIFY", func() bool {
+		testenv.Eventually(t, 30*time.Second, "processed by the other instance after NOTIFY", func() bool {
 			return pt.CountStatus(t, db.Pool, "PROCESSED") == round
 		})
 	}

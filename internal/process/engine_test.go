@@ -100,7 +100,7 @@ func TestProcessOutcomes(t *testing.T) {
 // waitDue waits until a FAILED entry's next attempt is due (backoff is milliseconds here).
 func waitDue(t *testing.T, db *testenv.DB, id string) {
 	t.Helper()
-	testenv.Eventually(t, 5*time.Second, "next attempt due", func() bool {
+	testenv.Eventually(t, 30*time.Second, "next attempt due", func() bool {
 		var due bool
 		if err := db.Pool.QueryRow(context.Background(), `SELECT next_attempt_at <= now() FROM journal WHERE id = $1`, id).Scan(&due); err != nil {
 			t.Fatal(err)

@@ -70,7 +70,7 @@ func notLocked(t *testing.T, db *testenv.DB, id string) {
 		var got string
 		return tx.QueryRow(ctx, `SELECT id::TEXT FROM journal WHERE id = $1 FOR UPDATE NOWAIT`, id).Scan(&got) == nil
 	}
-	testenv.Eventually(t, 5*time.Second, "entry "+id+" unlocked", free)
+	testenv.Eventually(t, 30*time.Second, "entry "+id+" unlocked", free)
 }
 
 // Issue 8: a handler that ignores its ctx holds its own entry only. The sweeper keeps
@@ -221,7 +221,7 @@ func TestKilledInstanceReleasesItsEntries(t *testing.T) {
 	reg.Register(pt.EffectType, fx)
 	e := process.New(pool, reg, process.Config{Concurrency: 4}, metrics.New(), nil)
 	runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: 50 * time.Millisecond, Grace: 0}))
-	testenv.Eventually(t, 5*time.Second, "the killed instance's entries processed by another", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the killed instance's entries processed by another", func() bool {
 		return pt.CountStatus(t, db.Pool, "PROCESSED") == len(ids)
 	})
 	t.Logf("all %d entries processed %s after kill -9", len(ids), time.Since(killed).Round(time.Millisecond))

@@ -58,7 +58,7 @@ func TestSweeperOnly(t *testing.T) {
 	if r.Effects != 294 {
 		t.Errorf("effects = %d, want 294", r.Effects)
 	}
-	testenv.Eventually(t, 5*time.Second, "dead gauge", func() bool {
+	testenv.Eventually(t, 30*time.Second, "dead gauge", func() bool {
 		return gaugeValue(t, m, "inboxd_dead_events") == 6
 	})
 	if v := counterValue(t, m, "inboxd_sweeper_picked_total", "kind", "retry"); v < 6 {

@@ -239,7 +239,7 @@ func TestRedeliveryStorm(t *testing.T) {
 	if n := gaugeLabel(t, inst.m, "inboxd_process_outcomes_total", "outcome", "dead"); int(n) != sc.dead {
 		t.Errorf("dead outcomes counted = %v, want %d", n, sc.dead)
 	}
-	testenv.Eventually(t, 5*time.Second, "DEAD gauge refreshed by the sweeper", func() bool {
+	testenv.Eventually(t, 30*time.Second, "DEAD gauge refreshed by the sweeper", func() bool {
 		return gauge(t, inst.m, "inboxd_dead_events") == float64(sc.dead)
 	})
 }

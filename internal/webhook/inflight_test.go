@@ -133,7 +133,7 @@ func TestRetryJoinsBatchInFlight(t *testing.T) {
 	if got := waitStarted(t, p); len(got) != 1 || got[0].ID != newID {
 		t.Fatalf("the retry started processing %v, want only %s", got, newID)
 	}
-	testenv.Eventually(t, 5*time.Second, "the retry waiting", func() bool { return h.Waiters() == 1 })
+	testenv.Eventually(t, 30*time.Second, "the retry waiting", func() bool { return h.Waiters() == 1 })
 	if len(retry) != 0 {
 		t.Fatal("the retry was answered before the batch it joined finished")
 	}
@@ -173,7 +173,7 @@ func TestShutdownBoundsBatchesInFlight(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- h.Shutdown(ctx) }()
-	testenv.Eventually(t, 5*time.Second, "a post during shutdown refused", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a post during shutdown refused", func() bool {
 		return postBody(context.Background(), client, u, rowsBody("6f1c3a52-9a57-4a4e-9f55-0c8a3c1b2d02")).status == http.StatusServiceUnavailable
 	})
 	select {
@@ -212,7 +212,7 @@ func TestMaxBatchesInFlight(t *testing.T) {
 		t.Errorf("a second batch answered %d, want 503", a.status)
 	}
 	go func() { answers <- postBody(context.Background(), client, u, first) }()
-	testenv.Eventually(t, 5*time.Second, "both posts waiting", func() bool { return h.Waiters() == 2 })
+	testenv.Eventually(t, 30*time.Second, "both posts waiting", func() bool { return h.Waiters() == 2 })
 	close(p.release)
 	for range 2 {
 		if a := <-answers; a.status != http.StatusOK {
