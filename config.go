@@ -195,8 +195,8 @@ type Config struct {
 	// (INBOXD_PROCESS_BATCH_SIZE). Defaults to 100.
 	ProcessBatchSize int
 	// HandlerTimeout bounds one handler run; an overrun is a failed attempt. It is also
-	// the processing transactions' statement_timeout (INBOXD_HANDLER_TIMEOUT). Defaults
-	// to 30s.
+	// the processing transactions' statement_timeout, at least 5s, since the engine's own
+	// statements run under it too (INBOXD_HANDLER_TIMEOUT). Defaults to 30s.
 	HandlerTimeout time.Duration
 	// SweepInterval is how often the sweeper looks for due retries and undelivered
 	// events (INBOXD_SWEEP_INTERVAL). Defaults to 200ms.

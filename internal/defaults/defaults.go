@@ -95,7 +95,11 @@ const (
 	RetryMaxDelay    = 10 * time.Minute
 	ProcessBatchSize = 100
 	HandlerTimeout   = 30 * time.Second
-	SweepInterval    = 200 * time.Millisecond
+	// MinStatementTimeout floors the processing transactions' statement_timeout, which
+	// is HandlerTimeout otherwise: it bounds the engine's own statements too (claim,
+	// outcomes, heads), which a short handler budget must not cancel under load.
+	MinStatementTimeout = 5 * time.Second
+	SweepInterval       = 200 * time.Millisecond
 	// KickLinger: a worker kicked by an ingest commit claims this long after it, with
 	// the commits of that time (process.Config.KickLinger).
 	KickLinger = 20 * time.Millisecond
@@ -303,8 +307,8 @@ func Settings() []Setting {
 			"longest delay between two attempts"},
 		{"process-batch-size", "ProcessBatchSize", ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)",
 			"events per processing transaction, at most (see \"Batches and CockroachDB\")"},
-		{"handler-timeout", "HandlerTimeout", HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout",
-			"bound of one handler run (and the processing transactions' `statement_timeout`); an overrun is a failed attempt, and a handler that ignores its context is abandoned with its transaction"},
+		{"handler-timeout", "HandlerTimeout", HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout (at least 5s)",
+			"bound of one handler run (and the processing transactions' `statement_timeout`, at least 5s); an overrun is a failed attempt, and a handler that ignores its context is abandoned with its transaction"},
 		{"webhook-process-timeout", "WebhookProcessTimeout", WebhookProcessTimeout, "how long the webhook may process one changefeed batch, detached from the sink's request (which ends after webhook_client_timeout; the sink's retries join the batch); at least handler-timeout",
 			"how long the webhook may process one changefeed batch. It runs detached from the sink's request, so the sink's `webhook_client_timeout` does not roll it back, and a retry of it joins it (see \"Webhook timeouts\"); at least `INBOXD_HANDLER_TIMEOUT`"},
 		{"sweep-interval", "SweepInterval", SweepInterval, "how often the sweeper looks for due retries and undelivered events",

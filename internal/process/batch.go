@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
@@ -270,11 +271,12 @@ func (e *Engine) txOptions() pgx.TxOptions {
 
 // setTimeouts bounds every statement of the processing transaction on the server too,
 // so that a statement stuck on a lock or a runaway query ends even if the client is
-// gone. SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
+// gone: by HandlerTimeout, but never below defaults.MinStatementTimeout, since the
+// engine's own statements run under it too (a handler's own deadline is its context's). SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
 // CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
 // it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
 func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
-	ms := max(e.cfg.HandlerTimeout.Milliseconds(), 1)
+	ms := max(e.cfg.HandlerTimeout, defaults.MinStatementTimeout).Milliseconds()
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("setting statement_timeout: %w", err)
 	}

@@ -33,7 +33,7 @@ type Config struct {
 	// package doc (Batches) for CockroachDB.
 	BatchSize int
 	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
-	// processing transaction. A handler that overruns it fails (the attempt counts).
+	// processing transaction, at least defaults.MinStatementTimeout. A handler that overruns it fails (the attempt counts).
 	// Default defaults.HandlerTimeout.
 	HandlerTimeout time.Duration
 	// KickLinger is how long the workers let Kicks gather before one of them claims

@@ -208,3 +208,29 @@ func TestTimeoutWithUnstorableTextIsRecorded(t *testing.T) {
 		t.Errorf("status, attempts, last_error = %s, %d, %q; want FAILED, 1, a timeout", status, attempts, lastErr)
 	}
 }
+
+// The server-side statement_timeout of a processing transaction bounds the engine's own
+// statements too (claim, outcome, heads), which must not fail because a handler's budget
+// is short: found in the CockroachDB-faithful profile under load, where recording a
+// 50 ms handler's timeout was itself cancelled ("deleting idle aggregate heads: canceling
+// statement due to statement timeout"). A trigger makes the outcome's UPDATE take 300 ms.
+func TestShortHandlerTimeoutLeavesTheEngineTime(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	for _, stmt := range []string{
+		`CREATE FUNCTION test_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$`,
+		`CREATE TRIGGER test_slow AFTER UPDATE ON journal FOR EACH STATEMENT EXECUTE FUNCTION test_slow()`,
+	} {
+		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := process.NewRegistry()
+	reg.Register(pt.EffectType, process.HandlerFunc(func(context.Context, pgx.Tx, process.Event) error { return nil }))
+	e := process.New(db.Pool, reg, process.Config{HandlerTimeout: 50 * time.Millisecond}, nil, nil)
+	id := pt.Ingest(t, db.Pool, pt.Payload(pt.Spec{}))[0]
+	if got, err := e.Process(ctx, id); err != nil || got != process.OutcomeProcessed {
+		t.Fatalf("outcome = %q, %v; want processed: the engine's own statements outlive a short handler timeout", got, err)
+	}
+}
