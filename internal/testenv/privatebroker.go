@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -166,14 +167,38 @@ func FreeAddr(t testing.TB) string {
 	return "127.0.0.1:" + strconv.Itoa(freePort(t))
 }
 
+// freePorts is the range freePort draws from: below Linux's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range, 32768–60999 by default), so that no outgoing
+// connection of any process, and no listener on port 0, takes a port between freePort's
+// check and the server's bind. Ports from the ephemeral range itself were taken so by
+// the other test processes of make test, which runs three groups at once ("address
+// already in use", or a request answered by another test's server).
+const freePortLow, freePortHigh = 20000, 32000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{} // never handed out twice by one process
+)
+
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // in use
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free port in %d–%d after 1000 tries", freePortLow, freePortHigh)
+	return 0
 }
 
 // Start launches the broker (as scripts/services.sh does) and waits for its STOMP port.
