@@ -13,7 +13,7 @@ TESTFLAGS := -race -count=1 -parallel 4 -timeout 20m
 # test-short and lint run each of them too.
 SUBMODS := internal/sqlcheck internal/riverbench
 
-.PHONY: all build test test-crdb-profile test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
+.PHONY: all build test test-parallel test-crdb-profile test-short lint fmt services services-down browser screenshots demo verify-ingest bench bench-quick chaos fuzz up down clean
 
 all: lint build test
 
@@ -36,6 +36,10 @@ browser:
 # then the CockroachDB-faithful profile (CI runs both).
 test: services browser
 	GO=$(GO) scripts/test.sh "$(TESTFLAGS)" "$(PKGS)" "$(SUBMODS)" "$(CRDB_PROFILE_PKGS)" "$(CRDB_PROFILE_SKIP)"
+
+# make test with its three groups side by side: faster, under a heavier load.
+test-parallel: services browser
+	INBOXD_TEST_GROUPS=parallel GO=$(GO) scripts/test.sh "$(TESTFLAGS)" "$(PKGS)" "$(SUBMODS)" "$(CRDB_PROFILE_PKGS)" "$(CRDB_PROFILE_SKIP)"
 
 # The CockroachDB-faithful profile: the processing, journal, ingest, webhook and migration tests
 # again as on CockroachDB, with SERIALIZABLE as the test databases' default isolation
