@@ -272,7 +272,8 @@ func (e *Engine) txOptions() pgx.TxOptions {
 // setTimeouts bounds every statement of the processing transaction on the server too,
 // so that a statement stuck on a lock or a runaway query ends even if the client is
 // gone: by HandlerTimeout, but never below defaults.MinStatementTimeout, since the
-// engine's own statements run under it too (a handler's own deadline is its context's). SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
+// engine's own statements run under it too (a handler's own deadline is its context's).
+// SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
 // CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
 // it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
 func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
