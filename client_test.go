@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -54,13 +53,6 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 }
 
-func quietLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 func httpStatus(t *testing.T, method, url, body string) int {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -97,7 +89,7 @@ func TestClientLifecycle(t *testing.T) {
 		return err
 	})
 	cfg := inboxd.Config{
-		StompAddr: broker, Destinations: []string{queue}, Logger: quietLogger(),
+		StompAddr: broker, Destinations: []string{queue}, Logger: testenv.Logger(t),
 		HTTPAddr: testenv.FreeAddr(t), DisableWebhook: true,
 		SweepInterval: 50 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 		MetricsRegisterer: prometheus.NewRegistry(),

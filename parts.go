@@ -93,10 +93,10 @@ func (c assembly) run(ctx context.Context) error {
 	// The shutdown budget, split explicitly between the stages that need a bound of
 	// their own: intake its batch in flight, the work its transactions and webhook
 	// batches, the API its requests.
-	// Intake's share needs no setting: ingest bounds its last commit itself
-	// (ingest.Config.CommitTimeout).
+	// Intake's share bounds the polite disconnect after its last commit, which ingest
+	// bounds itself (ingest.Config.CommitTimeout).
 	budget := lifecycle.Split(cfg.ShutdownTimeout, 1, 2, 1)
-	workBudget, servingBudget := budget[1], budget[2]
+	intakeBudget, workBudget, servingBudget := budget[0], budget[1], budget[2]
 
 	stompCfg := cfg.stomp(c.tls, log)
 	publisher := stompx.NewPublisher(stompCfg, 2)
@@ -117,6 +117,7 @@ func (c assembly) run(ctx context.Context) error {
 	ic := parts.ingest
 	ic.Logger, ic.Metrics = log.With("component", "ingest"), c.m
 	ic.OnCommit = func(int) { kick() }
+	ic.StopTimeout = intakeBudget
 	sub, err := ingest.New(ic, c.pool)
 	if err != nil {
 		return fmt.Errorf("configuring ingest: %w", err)

@@ -188,7 +188,7 @@ func TestClientExportsOneTrace(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: broker, Destinations: []string{in}, Logger: quietLogger(),
+	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: broker, Destinations: []string{in}, Logger: testenv.Logger(t),
 		DisableHTTP: true, DisableWebhook: true, TracerProvider: tp, ShutdownTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -109,6 +109,12 @@ type Config struct {
 	// CommitTimeout bounds one Ingest call (default defaults.CommitTimeout). Ingest runs detached from
 	// Run's context so that shutdown finishes the batch in flight.
 	CommitTimeout time.Duration
+	// StopTimeout bounds the polite end of a session at shutdown, once its last batch is
+	// committed and acked: UNSUBSCRIBE and DISCONNECT, whose receipts prove the broker
+	// has the acks. Past it the connection is dropped; the broker then redelivers what it
+	// may not have seen acked, and the journal collapses the duplicates. Zero: only the
+	// broker's receipt timeout bounds each frame.
+	StopTimeout time.Duration
 	// Backoff paces reconnects; its zero value is backoff.Reconnect (at least one try a
 	// second).
 	Backoff backoff.Policy

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -49,6 +52,10 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 	defer expire()
 	var errsMu sync.Mutex
 	var errs []error
+	// The parts not yet returned, so that a shutdown past its budget says which
+	// dependency hung rather than only that one did.
+	var busyMu sync.Mutex
+	busy := map[string]int{}
 	all := make([]*running, len(stages))
 	for i, st := range stages {
 		// Detached from ctx: a stage is stopped by its turn in the order, not by ctx.
@@ -57,8 +64,18 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 		all[i] = r
 		for _, p := range st.Parts {
 			r.wg.Add(1)
+			busyMu.Lock()
+			busy[p.Name]++
+			busyMu.Unlock()
 			go func() {
 				defer r.wg.Done()
+				defer func() {
+					busyMu.Lock()
+					if busy[p.Name]--; busy[p.Name] == 0 {
+						delete(busy, p.Name)
+					}
+					busyMu.Unlock()
+				}()
 				err := p.Run(sctx)
 				if err == nil || errors.Is(err, context.Canceled) && sctx.Err() != nil {
 					return
@@ -85,9 +102,10 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 	go func() {
 		defer close(done)
 		for _, r := range all {
+			began := time.Now()
 			r.cancel()
 			r.wg.Wait()
-			log.Debug("stopped", "stage", r.name)
+			log.Info("stopped", "stage", r.name, "took", time.Since(began).Round(time.Millisecond))
 		}
 	}()
 	timer := time.NewTimer(budget)
@@ -99,9 +117,12 @@ func Run(ctx context.Context, log *slog.Logger, budget time.Duration, stages ...
 			r.cancel()
 		}
 		expire()
+		busyMu.Lock()
+		names := slices.Sorted(maps.Keys(busy))
+		busyMu.Unlock()
 		errsMu.Lock()
 		defer errsMu.Unlock()
-		return errors.Join(errors.Join(errs...), ErrShutdownTimeout)
+		return errors.Join(errors.Join(errs...), fmt.Errorf("%w (still running: %s)", ErrShutdownTimeout, strings.Join(names, ", ")))
 	}
 	errsMu.Lock()
 	defer errsMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +71,8 @@ func TestFailureStopsAll(t *testing.T) {
 	}
 }
 
-// A part that outlives the budget makes Run return ErrShutdownTimeout at the budget.
+// A part that outlives the budget makes Run return ErrShutdownTimeout at the budget,
+// naming the part: the operator learns which dependency hung.
 func TestBudgetBoundsTheShutdown(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) }) // let the stuck part end before goleak looks
@@ -78,9 +80,15 @@ func TestBudgetBoundsTheShutdown(t *testing.T) {
 	cancel()
 	start := time.Now()
 	err := Run(ctx, quiet, 200*time.Millisecond,
-		Stage{Name: "work", Parts: []Part{{Name: "stuck", Run: func(context.Context) error { <-release; return nil }}}})
+		Stage{Name: "work", Parts: []Part{
+			{Name: "stuck", Run: func(context.Context) error { <-release; return nil }},
+			{Name: "prompt", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }},
+		}})
 	if !errors.Is(err, ErrShutdownTimeout) {
 		t.Fatalf("Run = %v, want ErrShutdownTimeout", err)
+	}
+	if !strings.HasSuffix(err.Error(), "(still running: stuck)") {
+		t.Errorf("Run = %q, want it to name the part still running, and only it", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("Run took %s past a 200ms budget", took)

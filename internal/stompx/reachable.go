@@ -13,11 +13,22 @@ import (
 // that a broker that accepts connections but refuses logins counts as down.
 func Reachable(ctx context.Context, cfg Config) error {
 	cfg.HeartBeat = -1
-	conn, err := Dial(ctx, cfg)
+	conn, err := DialConn(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connecting to the broker at %s: %w", cfg.Addr, err)
 	}
-	return conn.Disconnect()
+	// The DISCONNECT receipt is bounded by ctx too: a broker that answered CONNECT and
+	// then went silent must not hold a /readyz request, or a shutdown behind it, for the
+	// receipt timeout.
+	stop := context.AfterFunc(ctx, conn.Abort)
+	err = conn.Close()
+	if !stop() { // aborted: go-stomp's Disconnect then says nil
+		err = fmt.Errorf("no DISCONNECT receipt: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("checking the broker at %s: %w", cfg.Addr, err)
+	}
+	return nil
 }
 
 // WaitReachable tries the broker until it answers, at least every second, and logs each

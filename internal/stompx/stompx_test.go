@@ -295,3 +295,60 @@ func TestClientIDRefusalLostThenRepeated(t *testing.T) {
 		})
 	}
 }
+
+// connectOnlyListener answers CONNECT and then nothing more, like a broker that went
+// silent after the handshake: a DISCONNECT receipt never comes.
+func connectOnlyListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				r := frame.NewReader(c)
+				if _, err := r.Read(); err != nil {
+					return
+				}
+				connected := frame.New(frame.CONNECTED, frame.Version, "1.2", frame.Server, "ActiveMQ/5.17.6")
+				if err := frame.NewWriter(c).Write(connected); err != nil {
+					return
+				}
+				go func() { <-done; c.Close() }()
+				for {
+					if _, err := r.Read(); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return l.Addr().String()
+}
+
+// Reachable is the readiness check: bounded by its context through the DISCONNECT too,
+// not only the CONNECT. Before, a broker silent after CONNECTED held the check (and a
+// /readyz request, and a shutdown waiting for it) for the receipt timeout.
+func TestReachableBoundedAfterConnect(t *testing.T) {
+	t.Parallel()
+	addr := connectOnlyListener(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := Reachable(ctx, Config{Addr: addr, ReceiptTimeout: time.Minute})
+	if err == nil {
+		t.Fatal("Reachable = nil on a broker that never confirms the DISCONNECT")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Reachable took %s past its context's 300ms", took.Round(time.Millisecond))
+	}
+}
