@@ -193,6 +193,7 @@ func journalRows(t *testing.T, db *testenv.DB, clock *sinktest.Clock) []json.Raw
 // Whole batches redelivered after a 2xx, duplicates out of order, replay storms, and
 // the feed echoing the status updates back (as a plain, non-CDC-query feed does).
 func TestRedeliveryStorm(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := registration.Migrate(ctx, db.Pool); err != nil {
@@ -313,6 +314,7 @@ func sinkCallsOver(fx *pt.Effects, db *testenv.DB, t *testing.T) map[string]int 
 // Two inboxd instances behind one feed, each with a sweeper racing the webhook
 // (grace 0), events arriving while others are being processed.
 func TestTwoInstances(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	if err := registration.Migrate(ctx, db.Pool); err != nil {

@@ -26,6 +26,7 @@ import (
 // shorter than a batch takes (40 events of 20ms on 2 workers: over 400ms; the sink waits
 // 250ms). Events are journaled in waves while the feed runs.
 func TestChangefeedOnlyPush(t *testing.T) {
+	t.Parallel()
 	const (
 		handlerTime   = 20 * time.Millisecond
 		clientTimeout = 250 * time.Millisecond

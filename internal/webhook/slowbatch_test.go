@@ -81,6 +81,7 @@ func slowInstance(t *testing.T, db *testenv.DB, h process.Handler, workers int, 
 // event, and answered 2xx. With two instances behind the sink, the retry reaches the
 // other one, which waits for the first one's row locks and finds the rows processed.
 func TestSlowBatchOutlivesClientTimeout(t *testing.T) {
+	t.Parallel()
 	const (
 		rows          = 40
 		workers       = 2
@@ -90,6 +91,7 @@ func TestSlowBatchOutlivesClientTimeout(t *testing.T) {
 	)
 	for _, instances := range []int{1, 2} {
 		t.Run(fmt.Sprintf("instances=%d", instances), func(t *testing.T) {
+			t.Parallel()
 			db := testenv.NewDB(t)
 			pt.NewEffects(t, db.Pool)
 			slow := newSlowHandler(handlerTime)
