@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -198,13 +197,9 @@ func (se *session) shutdown(cur *batch) (bool, error) {
 	// A broker slow to answer (ActiveMQ under load took seconds per receipt) must not
 	// spend the whole shutdown budget here: past StopTimeout the connection is dropped,
 	// which loses nothing (StopTimeout says why).
-	var dropped atomic.Bool
+	var abort *time.Timer
 	if d := se.cfg.StopTimeout; d > 0 {
-		timer := time.AfterFunc(d, func() {
-			dropped.Store(true)
-			se.conn.Abort()
-		})
-		defer timer.Stop()
+		abort = time.AfterFunc(d, se.conn.Abort)
 	}
 	var errs []error
 	if err := se.sub.Unsubscribe(); err != nil && !errors.Is(err, stomp.ErrCompletedSubscription) {
@@ -213,8 +208,9 @@ func (se *session) shutdown(cur *batch) (bool, error) {
 	if err := se.conn.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	dropped := abort != nil && !abort.Stop() // it fired: the errors above are the drop's
 	<-se.readerDone
-	if dropped.Load() {
+	if dropped {
 		se.log.Info("the broker did not confirm the unsubscribe and disconnect within the stop timeout; dropped the connection "+
 			"(it redelivers what it did not see acked, and the journal collapses the duplicates)", "stop_timeout", se.cfg.StopTimeout)
 		return true, nil
