@@ -31,7 +31,7 @@ func TestWebhookNeverOpen(t *testing.T) {
 		c.DisableWebhook = false
 	})
 	tokenFile := filepath.Join(certDir, certs.WebhookTokenFile)
-	testenv.Eventually(t, 10*time.Second, "the webhook starts", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the webhook starts", func() bool {
 		c, err := net.Dial("tcp", hookAddr) // listening comes after the token is written
 		if err == nil {
 			c.Close()

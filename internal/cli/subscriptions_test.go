@@ -96,7 +96,7 @@ func TestSubscriptionsListAndRemove(t *testing.T) {
 	if err := publisher.Publish(pctx, old.Destination, []byte(`{"id":"00000000-0000-4000-8000-000000000001"}`), nil); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "old subscription inactive", func() bool {
+	testenv.Eventually(t, 30*time.Second, "old subscription inactive", func() bool {
 		return listed(t, common...)[old.ClientID+"/inboxd"].State == "inactive"
 	})
 	code, out, _ := run(t, append([]string{"subscriptions", "list"}, common...)...)

@@ -21,7 +21,7 @@ func TestNonUUIDIDCollapsesRedeliveries(t *testing.T) {
 	}
 	publish(t, addr, q, []byte(`{"id":"evt-457","type":"order.placed","total":13}`), nil)
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 2, Linger: time.Millisecond}, db.Pool, hooks{})
-	testenv.Eventually(t, 20*time.Second, "all four acked", func() bool { return r.counter("acked", q) == 4 })
+	testenv.Eventually(t, 30*time.Second, "all four acked", func() bool { return r.counter("acked", q) == 4 })
 	r.stop(t)
 	if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != 2 {
 		t.Errorf("journal rows = %d, want 2 (evt-456 once, evt-457)", n)
@@ -55,7 +55,7 @@ func TestIDFromHeader(t *testing.T) {
 	}
 	publish(t, addr, q, []byte(`{"type":"t"}`), nil) // no id: quarantined
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 8, Linger: time.Millisecond, IDSource: src}, db.Pool, hooks{})
-	testenv.Eventually(t, 20*time.Second, "all five acked", func() bool { return r.counter("acked", q) == 5 })
+	testenv.Eventually(t, 30*time.Second, "all five acked", func() bool { return r.counter("acked", q) == 5 })
 	r.stop(t)
 	for _, k := range []string{"order-0", "order-1"} {
 		if n := count(t, db.Pool, `SELECT count(*) FROM journal WHERE id = $1`, message.JournalID(k)); n != 1 {

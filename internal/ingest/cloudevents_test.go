@@ -35,7 +35,7 @@ func TestCloudEventsThroughBroker(t *testing.T) {
 	}
 	publish(t, addr, q, []byte(noSource.body), noSource.headers)
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 3, Linger: time.Millisecond}, db.Pool, hooks{})
-	testenv.Eventually(t, 20*time.Second, "all seven acked", func() bool { return r.counter("acked", q) == 7 })
+	testenv.Eventually(t, 30*time.Second, "all seven acked", func() bool { return r.counter("acked", q) == 7 })
 	r.stop(t)
 
 	if n := count(t, db.Pool, `SELECT count(*) FROM journal`); n != 3 {

@@ -85,7 +85,7 @@ func testDatabaseGoesAway(t *testing.T, inFlight int) {
 	kdb := &killingDB{DB: db.Pool, t: t, dbName: dbName, failOn: map[int32]bool{3: true, 4: true, 5: true}}
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 20, Linger: 2 * time.Millisecond, CommitsInFlight: inFlight}, kdb, hooks{})
 	waitExact(t, db.Pool, exp, 60*time.Second)
-	testenv.Eventually(t, 10*time.Second, "every message acked", func() bool { return r.counter("acked", q) >= float64(exp.Sent) })
+	testenv.Eventually(t, 30*time.Second, "every message acked", func() bool { return r.counter("acked", q) >= float64(exp.Sent) })
 	r.stop(t)
 	kdb.mu.Lock()
 	failures := len(kdb.failures)

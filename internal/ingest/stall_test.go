@@ -57,12 +57,12 @@ func TestPoisonBetweenGoodEvents(t *testing.T) {
 			}
 			start := time.Now()
 			r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 16, Linger: 2 * time.Millisecond}, db.Pool, hooks{})
-			testenv.Eventually(t, 10*time.Second, "good events journaled and the poison quarantined", func() bool {
+			testenv.Eventually(t, 30*time.Second, "good events journaled and the poison quarantined", func() bool {
 				return count(t, db.Pool, `SELECT count(*) FROM journal`) == good &&
 					count(t, db.Pool, `SELECT count(*) FROM quarantine WHERE reason = $1 AND headers->>'x-test' = 'poison'`, string(p.reason)) == 1
 			})
 			t.Logf("good events journaled and poison quarantined as %s in %s", p.reason, time.Since(start).Round(time.Millisecond))
-			testenv.Eventually(t, 10*time.Second, "every message acked", func() bool { return r.counter("acked", q) == good+1 })
+			testenv.Eventually(t, 30*time.Second, "every message acked", func() bool { return r.counter("acked", q) == good+1 })
 			if p.reason == message.ReasonDBRefused {
 				var detail string
 				if err := db.Pool.QueryRow(context.Background(), `SELECT detail FROM quarantine`).Scan(&detail); err != nil {
@@ -194,11 +194,11 @@ func TestRepeatedFailureLoggedOnceAndReported(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := startSubscriber(t, Config{Addr: addr, Destinations: []string{q}, BatchSize: 5, Logger: log, Backoff: defaultBackoffForTest()},
 		schemaBrokenDB{db.Pool}, hooks{})
-	testenv.Eventually(t, 20*time.Second, "at least four failed writes", func() bool { return r.counter("reconnects", "db") >= 4 })
+	testenv.Eventually(t, 30*time.Second, "at least four failed writes", func() bool { return r.counter("reconnects", "db") >= 4 })
 	if n := strings.Count(logs.String(), "journal write failed"); n != 1 {
 		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs.String())
 	}
-	testenv.Eventually(t, 10*time.Second, "Health reports the failing writes", func() bool {
+	testenv.Eventually(t, 30*time.Second, "Health reports the failing writes", func() bool {
 		err := r.Health(time.Second)
 		return err != nil && strings.Contains(err.Error(), "journal writes failing")
 	})

@@ -168,7 +168,7 @@ func TestPushAcrossInstances(t *testing.T) {
 		testenv.Start(t, 5*time.Second, p.Run)
 		pushes = append(pushes, p)
 	}
-	testenv.Eventually(t, 10*time.Second, "both instances listening", func() bool {
+	testenv.Eventually(t, 30*time.Second, "both instances listening", func() bool {
 		var n int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query LIKE 'LISTEN %`+process.PushChannel+`%'`).Scan(&n)
@@ -219,13 +219,13 @@ func TestPushCoalescesNotifies(t *testing.T) {
 		sent++
 		time.Sleep(10 * time.Millisecond) // paces the commits; not a wait for an outcome
 	}
-	testenv.Eventually(t, 10*time.Second, "the burst's NOTIFY", func() bool { return heard.Load() >= 1 })
+	testenv.Eventually(t, 30*time.Second, "the burst's NOTIFY", func() bool { return heard.Load() >= 1 })
 	time.Sleep(2 * linger) // no second NOTIFY may follow for the same burst (a bounded wait for an absence)
 	if got := heard.Load(); got != 1 {
 		t.Fatalf("%d Notifies within the linger sent %d NOTIFYs, want 1", sent, got)
 	}
 	p.Notify()
-	testenv.Eventually(t, 10*time.Second, "a later Notify's own NOTIFY", func() bool { return heard.Load() == 2 })
+	testenv.Eventually(t, 30*time.Second, "a later Notify's own NOTIFY", func() bool { return heard.Load() == 2 })
 }
 
 // setEffects is a BatchHandler over pt.Effects: it writes every event's effect, then

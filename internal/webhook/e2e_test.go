@@ -398,7 +398,7 @@ func TestDatabaseOutage(t *testing.T) {
 	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, "the sink to see 5xx answers", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the sink to see 5xx answers", func() bool {
 		return sink.Stats().ByStatus[http.StatusServiceUnavailable] >= 10
 	})
 	setAllowed(true)
@@ -412,7 +412,7 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	// db.Pool's connections were terminated too; the pool replaces them on use.
 	var r pt.Report
-	testenv.Eventually(t, 10*time.Second, "test pool reconnected", func() bool {
+	testenv.Eventually(t, 30*time.Second, "test pool reconnected", func() bool {
 		return db.Pool.Ping(ctx) == nil
 	})
 	r = sc.verify(t, db)
@@ -462,7 +462,7 @@ func TestOrderingWithOutOfOrderDelivery(t *testing.T) {
 	if err := sink.Send(ctx, rows, 1); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, "all processed", func() bool {
+	testenv.Eventually(t, 30*time.Second, "all processed", func() bool {
 		return pt.CountStatus(t, db.Pool, "PROCESSED") == len(ids)
 	})
 	r := pt.Check(t, db.Pool)

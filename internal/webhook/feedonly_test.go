@@ -92,7 +92,7 @@ func TestChangefeedOnlyPush(t *testing.T) {
 	took := time.Since(start)
 	// A resolved message once everything is done: the watermark the feed stored.
 	done := time.Now()
-	testenv.Eventually(t, 20*time.Second, "a resolved timestamp after the last outcome", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a resolved timestamp after the last outcome", func() bool {
 		w, found, err := webhook.ReadWatermark(ctx, db.Pool, "journal")
 		return err == nil && found && w.Resolved.Time().After(done)
 	})

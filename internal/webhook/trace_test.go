@@ -67,7 +67,7 @@ func TestWebhookProcessingSpan(t *testing.T) {
 		t.Fatal("the feed did not deliver the event within 30s")
 	}
 	var proc *tracetest.SpanStub
-	testenv.Eventually(t, 10*time.Second, "the processing span ended", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the processing span ended", func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.SpanContext.SpanID() == sc.SpanID() {
 				proc = &s
