@@ -21,7 +21,8 @@ import (
 var ErrRunning = errors.New("inboxd: the client is already running")
 
 // ErrShutdownTimeout is returned by Run when the shutdown did not finish within
-// Config.ShutdownTimeout. What was unfinished is left to redelivery (unacked messages,
+// Config.ShutdownTimeout; test for it with errors.Is, since Run's error wraps it with
+// the parts still running ("still running: webhook"). What was unfinished is left to redelivery (unacked messages,
 // unanswered webhook batches) and to the database (a claim is a row lock and ends with
 // its transaction), never half-recorded: every step is a transaction.
 var ErrShutdownTimeout = lifecycle.ErrShutdownTimeout
