@@ -21,6 +21,7 @@ import (
 
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/webhook"
 )
 
@@ -64,9 +65,14 @@ func Bare(after json.RawMessage, id, topic string, updated webhook.HLC) json.Raw
 }
 
 // FromJournal renders the journal rows (all of them when ids is nil) as wrapped row
-// messages, with fresh updated timestamps from clock.
+// messages, with fresh updated timestamps from clock. As in Feed, a conflict on the read
+// under SERIALIZABLE is retried (testenv.ReadRetrying).
 func FromJournal(ctx context.Context, db database.DB, ids []string, clock *Clock) ([]json.RawMessage, error) {
-	rows, err := journal.RowsAsJSON(ctx, db, ids)
+	var rows []json.RawMessage
+	err := testenv.ReadRetrying(func() (err error) {
+		rows, err = journal.RowsAsJSON(ctx, db, ids)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
