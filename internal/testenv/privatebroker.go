@@ -35,6 +35,7 @@ type PrivateBroker struct {
 	// set, as StartPrivateRabbit sets it.
 	command func() (*exec.Cmd, error)
 	name    string // "activemq" or "rabbitmq", for messages
+	node    string // a RabbitMQ node's name, for rabbitmqctl
 }
 
 // StartPrivateBroker starts a private ActiveMQ (configured from scripts/activemq.xml,
