@@ -1,7 +1,8 @@
 // Package backoff is inboxd's one backoff: a delay that doubles per attempt from an
 // initial value up to a cap, drawn within a jitter around that nominal value. A Policy
 // computes delays (the engine's retry schedule, the outbox's per-row retries); a Waiter
-// sleeps them in a reconnect loop (broker, database, LISTEN).
+// sleeps them in a reconnect loop (broker, database, LISTEN) or between the tries of a
+// conflicting transaction (Conflict).
 package backoff
 
 import (
@@ -15,6 +16,13 @@ import (
 // instances is spread over that second without ever hot-looping. It is what a zero
 // Policy field means.
 var Reconnect = Policy{Initial: 75 * time.Millisecond, Max: 750 * time.Millisecond, Jitter: 1.0 / 3}
+
+// Conflict paces the retries of a transaction that conflicted (SQLSTATE 40001): the
+// pause doubles from 10 ms to 500 ms, ±50 %, so that the transaction it conflicted
+// with, which can take hundreds of milliseconds on a loaded machine, has ended before
+// the last tries. Ingest's statements and processing's batches retry by it; pauses of
+// at most 10 ms gave up within a few hundred milliseconds under load.
+var Conflict = Policy{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.5}
 
 // Policy says how long to wait after a failed attempt: Initial·2^(attempt−1), at most
 // Max, drawn within ±Jitter of that. A zero field takes Reconnect's value.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -375,22 +374,18 @@ func isDataError(err error) bool {
 }
 
 // serializationAttempts bounds retryable conflicts (SQLSTATE 40001) on one ingest
-// statement, and serializationBackoff paces them. Its implicit transaction can conflict
+// statement, and backoff.Conflict paces them. Its implicit transaction can conflict
 // with another batch or with processing moving the same aggregate's head
 // (aggregate_head), under SERIALIZABLE: the default on CockroachDB, which retries such
 // one-statement transactions itself when it can
 // (https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference#client-side-retry-handling),
 // or a PostgreSQL configured so, whose SSI also fails disjoint batches that share an
-// index page. The statement is idempotent, so running it again is safe. The pause doubles
-// from 10 ms to 500 ms, so that the conflicting transaction, which may take hundreds of
-// milliseconds on a loaded machine, has finished before the last attempts: at most about
-// 3 s in all, inside the commit's timeout. Only then is it an outage.
+// index page. The statement is idempotent, so running it again is safe. The pauses take
+// at most about 3 s in all, inside the commit's timeout. Only then is it an outage.
 const serializationAttempts = 12
 
-var serializationBackoff = backoff.Policy{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.5}
-
 func retrySerialization(ctx context.Context, fn func() error) error {
-	w := backoff.Waiter{Policy: serializationBackoff}
+	w := backoff.Waiter{Policy: backoff.Conflict}
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		var pgErr *pgconn.PgError

@@ -147,16 +147,11 @@ type batchResult struct {
 	next map[string]bool
 }
 
-// maxConflicts bounds the retries of a batch that keeps hitting 40001, and
-// conflictBackoff paces them: the pause doubles from 10 ms to 500 ms, so that the
-// transaction it conflicts with, which can take hundreds of milliseconds on a loaded
-// machine, has ended before the last tries (about 2.5 s in all). A pause of at most
-// 10 ms per conflict so far gave up within about 300 ms under make test's load
-// (TestMetricLabelsAndLogsAreBounded in the profile: "still conflicting after 10 tries"),
-// as ingest's early give-up did (journal.serializationBackoff).
+// maxConflicts bounds the retries of a batch that keeps hitting 40001, paced by
+// backoff.Conflict (about 2.5 s in all). A pause of at most 10 ms per conflict so far
+// gave up within about 300 ms under make test's load (TestMetricLabelsAndLogsAreBounded
+// in the profile: "still conflicting after 10 tries").
 const maxConflicts = 10
-
-var conflictBackoff = backoff.Policy{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.5}
 
 // batch runs a batch until it commits. A 40001 (from the database or a handler) retries
 // it whole, and once it keeps conflicting, with half as many events each time. A
@@ -165,7 +160,7 @@ var conflictBackoff = backoff.Policy{Initial: 10 * time.Millisecond, Max: 500 * 
 // batch returns the limit it ended with.
 func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) claimFunc) (batchResult, int, error) {
 	conflicts := 0
-	pause := backoff.Waiter{Policy: conflictBackoff}
+	pause := backoff.Waiter{Policy: backoff.Conflict}
 	timedOut := map[string]Outcome{}
 	setBased := true
 	for {

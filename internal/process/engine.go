@@ -33,8 +33,8 @@ type Config struct {
 	// package doc (Batches) for CockroachDB.
 	BatchSize int
 	// HandlerTimeout bounds one handler run; it is also the statement_timeout of the
-	// processing transaction, at least defaults.MinStatementTimeout. A handler that overruns it fails (the attempt counts).
-	// Default defaults.HandlerTimeout.
+	// processing transaction, at least defaults.MinStatementTimeout. A handler that
+	// overruns it fails (the attempt counts). Default defaults.HandlerTimeout.
 	HandlerTimeout time.Duration
 	// KickLinger is how long the workers let Kicks gather before one of them claims
 	// (see waker): fewer, larger processing transactions at a moderate rate, for that

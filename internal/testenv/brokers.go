@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -121,20 +122,30 @@ func RabbitBase() string {
 	return brokerTLSEnv("INBOXD_TEST_RABBITMQ_BASE", "/var/lib/inboxd-rabbitmq")
 }
 
-// rabbitmqctl runs the CLI against the private node.
+// rabbitmqctl runs the CLI against the shared node that scripts/services.sh runs.
 func rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
-	const ctl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
-	if _, err := os.Stat(ctl); err != nil {
+	if _, err := os.Stat(rabbitmqctlPath); err != nil {
 		unavailable(t, "rabbitmqctl: %v (scripts/services.sh up installs rabbitmq-server)", err)
 	}
-	cmd := exec.Command(ctl, append([]string{"-n", "inboxd-rabbit@localhost", "-q"}, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+RabbitBase())
+	out, err := runRabbitmqctl("inboxd-rabbit@localhost", RabbitBase(), args...)
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	return out
+}
+
+const rabbitmqctlPath = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+// runRabbitmqctl runs the CLI against node, whose Erlang cookie is in home.
+func runRabbitmqctl(node, home string, args ...string) (string, error) {
+	cmd := exec.Command(rabbitmqctlPath, append([]string{"-n", node, "-q"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		unavailable(t, "rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("rabbitmqctl %s on %s: %w: %s", strings.Join(args, " "), node, err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // DeclareRabbitQueue declares a durable queue with arguments (for example

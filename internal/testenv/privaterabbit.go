@@ -108,11 +108,5 @@ func (b *PrivateBroker) rabbitmqctl(t testing.TB, args ...string) (string, error
 	if b.node == "" {
 		t.Fatalf("%s is not a private RabbitMQ node", b)
 	}
-	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmqctl", append([]string{"-n", b.node, "-q"}, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+b.base)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("rabbitmqctl %s on %s: %w: %s", strings.Join(args, " "), b, err, out)
-	}
-	return string(out), nil
+	return runRabbitmqctl(b.node, b.base, args...)
 }
