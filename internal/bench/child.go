@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -20,6 +21,9 @@ type childOutcome struct {
 	Wall    time.Duration // process start → result line
 	Usage   Usage
 	HostCPU time.Duration // busy CPU of the whole machine while the child ran
+	// SelfCPU is this process's own CPU while the child ran: the publisher of the
+	// end-to-end rows (the load generator), which HostCPU includes.
+	SelfCPU time.Duration
 	// ServiceCPU is what the broker and the database spent while the child ran.
 	ServiceCPU map[string]time.Duration
 	// Conditions are the load and calibration just before the child started.
@@ -58,7 +62,7 @@ func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx 
 	cmd.Stderr = stderr
 
 	out.Conditions = measureConditions()
-	cpu0, svc0 := hostCPU(), serviceCPU(pids)
+	cpu0, svc0, self0 := hostCPU(), serviceCPU(pids), selfCPU()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return out, fmt.Errorf("starting %s: %w", exe, err)
@@ -114,6 +118,7 @@ func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx 
 	// it has reaped them, a few milliseconds after they exit; read after that.
 	time.Sleep(serviceSettle)
 	out.HostCPU = hostCPU() - cpu0
+	out.SelfCPU = selfCPU() - self0
 	out.ServiceCPU = serviceCPU(pids)
 	for k, v := range svc0 {
 		out.ServiceCPU[k] -= v
@@ -130,6 +135,15 @@ func runChild(ctx context.Context, a rowArgs, pids servicePIDs, during func(ctx 
 	}
 	out.Usage, err = usageOf(cmd.ProcessState)
 	return out, err
+}
+
+// selfCPU is the CPU this process has used so far (user and system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serviceSettle is how long after the child's exit the service CPU is read.

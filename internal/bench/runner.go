@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -222,12 +223,16 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 		return m, err
 	}
 	r.logf("rep %d: %s N=%d [%s]: published in %.1fs, running", rep, row, n, m.Config, time.Since(t).Seconds())
+	wal0, walErr := r.walWritten(ctx, db)
 	out, err := runChild(ctx, a, r.pids, nil)
 	if err != nil {
 		r.purge(ctx, queue)
 		return m, err
 	}
 	m.fill(out, n)
+	if wal1, err := r.walWritten(ctx, db); err == nil && walErr == nil {
+		m.Note = wal1.since(wal0).per(n) + m.Note
+	}
 	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
 	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s %s",
 		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
@@ -383,6 +388,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	}
 	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, rate, r.o.E2EDuration)
 	commits0, _ := transactions(ctx, pool)
+	wal0, walErr := r.walWritten(ctx, pool)
 	out, err := runChild(ctx, a, r.pids, during)
 	if err != nil {
 		r.purge(ctx, queue)
@@ -390,6 +396,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	}
 	m.fill(out, total+r.o.Warmup)
 	commits1, cerr := transactions(ctx, pool)
+	wal1, walErr1 := r.walWritten(ctx, pool)
 	timings, err := journal.ProcessedTimings(ctx, pool)
 	if err != nil {
 		return m, err
@@ -424,6 +431,15 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 		// ingest, processing and the workers' empty claims, and the parent's few reads.
 		m.Note = fmt.Sprintf("%.2f transactions per event; %s", float64(commits1-commits0)/float64(total+r.o.Warmup), m.Note)
 	}
+	if walErr == nil && walErr1 == nil {
+		m.Note = wal1.since(wal0).per(total+r.o.Warmup) + m.Note
+	}
+	// The publisher runs in this process: one persistent send a millisecond, each with
+	// its receipt, which the pre-published e2e-max row does not pay for. What is left
+	// of the host's CPU without it is what serving the rate costs.
+	perMsg := 1e4 / float64(total+r.o.Warmup)
+	m.Note = fmt.Sprintf("load generator %.2f CPU s/10k, host less it %.2f; %s", out.SelfCPU.Seconds()*perMsg,
+		(out.HostCPU-out.SelfCPU).Seconds()*perMsg, m.Note)
 	m.Latency, m.IngestLatency = &lat, &ingLat
 	// Throughput of the measured phase: messages over first send → last processed.
 	m.DrainSeconds = last.Sub(measureFrom).Seconds()
@@ -442,6 +458,42 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, host %.2f, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s; %s",
 		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, m.HostCPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
 	return m, nil
+}
+
+// walCount is what the database server has written to its WAL so far (pg_stat_wal,
+// PostgreSQL 14+): the whole cluster's, which is the row's alone, as the rows run one
+// at a time. Like transactions per event, it does not depend on the machine's speed.
+// https://www.postgresql.org/docs/15/monitoring-stats.html#MONITORING-PG-STAT-WAL-VIEW
+type walCount struct{ records, bytes int64 }
+
+func (w walCount) since(o walCount) walCount {
+	return walCount{records: w.records - o.records, bytes: w.bytes - o.bytes}
+}
+
+// per is the note of a row's WAL over n messages.
+func (w walCount) per(n int) string {
+	n = max(n, 1)
+	return fmt.Sprintf("WAL %.1f records, %.0f bytes per message; ", float64(w.records)/float64(n), float64(w.bytes)/float64(n))
+}
+
+// walWritten reads walCount through db, or through the admin URL when db is a *freshDB
+// (or nil: the broker row, which writes none).
+func (r *runner) walWritten(ctx context.Context, db any) (walCount, error) {
+	var w walCount
+	q, ok := db.(database.DB)
+	if !ok {
+		if f, isFresh := db.(*freshDB); !isFresh || f == nil {
+			return w, errors.New("no database")
+		}
+		pool, err := openPool(ctx, r.o.AdminURL, 1)
+		if err != nil {
+			return w, err
+		}
+		defer pool.Close()
+		q = pool
+	}
+	err := q.QueryRow(ctx, `SELECT wal_records, wal_bytes::INT8 FROM pg_stat_wal`).Scan(&w.records, &w.bytes)
+	return w, err
 }
 
 // transactions is how many transactions the database of db has committed and rolled
