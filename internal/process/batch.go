@@ -238,6 +238,11 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	if err != nil {
 		return res, err
 	}
+	// Released when runBatch returns: after the commit, or just before the rollback (a
+	// sibling that tries one of them meanwhile skips it, as before).
+	e.held.add(heads)
+	defer e.held.remove(heads)
+
 	if len(heads) == 0 {
 		return res, nil
 	}

@@ -57,6 +57,10 @@ func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, a
 		if err != nil {
 			return nil, err
 		}
-		return journal.LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
+		tries := picked
+		if aggregates == nil { // a claim that skips locked rows skips the ones it knows of first
+			tries = e.held.without(picked)
+		}
+		return journal.LockPicked(ctx, tx, tries, grace, limit, aggregates == nil)
 	}
 }

@@ -1,6 +1,7 @@
 package stompx
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -98,6 +99,32 @@ type Conn struct {
 	raw net.Conn
 	// Dialect is the broker's: configured, or detected from the CONNECTED frame.
 	Dialect Dialect
+	// receiptTimeout and heartBeat are the Config's: see bounded.
+	receiptTimeout, heartBeat time.Duration
+}
+
+// receiptBackstop is go-stomp's own bound on a receipt wait, as a multiple of
+// Config.ReceiptTimeout: inboxd bounds every wait itself first (bounded). When
+// go-stomp's bound ends a wait, its channel stays registered in go-stomp's I/O loop,
+// and once the connection closes, that loop blocks forever handing the end to it: a
+// goroutine and a connection leaked per timed-out receipt (go-stomp v3.1.5,
+// conn.go: readReceiptWithTimeout, sendError). It also holds for the plain
+// *stomp.Conn that Dial returns.
+const receiptBackstop = 2
+
+// bounded runs wait, a call that waits for a RECEIPT, and drops the connection (Abort)
+// if it has not returned within d: go-stomp's I/O loop then hands wait the
+// connection's end, so wait returns and nothing stays registered (see
+// receiptBackstop).
+func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
+	dropped := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(dropped); c.Abort() })
+	err := wait()
+	if !t.Stop() {
+		<-dropped
+		return fmt.Errorf("%w: no RECEIPT for %s within %s: %w", ErrUnavailable, what, d, cmp.Or(err, errors.New("dropped the connection")))
+	}
+	return err
 }
 
 // Barrier waits until the broker has processed every frame sent before it, which
@@ -105,12 +132,21 @@ type Conn struct {
 // connection's frames in order, so a receipt for a later frame (an empty transaction,
 // aborted) proves them done. RabbitMQ answers an UNSUBSCRIBE that overtakes its
 // SUBSCRIBE with "Subscription not found" (seen under load in CI).
+// Bounded by the receipt timeout, and by three quarters of the heart-beat interval:
+// go-stomp gives up on this receipt after its heart-beat send interval (at least
+// HeartBeat), and would then leave its wait registered (see receiptBackstop).
 func (c *Conn) Barrier() error {
-	tx, err := c.BeginWithError()
-	if err == nil {
-		err = tx.AbortWithReceipt()
+	d := c.receiptTimeout
+	if c.heartBeat > 0 {
+		d = min(d, c.heartBeat*3/4)
 	}
-	return err
+	return c.bounded(d, "a barrier", func() error {
+		tx, err := c.BeginWithError()
+		if err == nil {
+			err = tx.AbortWithReceipt()
+		}
+		return err
+	})
 }
 
 // Abort closes the socket without a DISCONNECT. go-stomp's loops see EOF, fail pending
@@ -142,8 +178,10 @@ func (c *Conn) CloseWithin(d time.Duration) {
 
 // Close disconnects politely: the DISCONNECT receipt proves that the broker processed
 // every frame sent before it (acks included). It falls back to Abort on failure.
+//
+// The wait for the receipt is bounded by Config.ReceiptTimeout (bounded).
 func (c *Conn) Close() error {
-	err := c.Conn.Disconnect()
+	err := c.bounded(c.receiptTimeout, "DISCONNECT", c.Conn.Disconnect)
 	_ = c.raw.Close()
 	if err != nil {
 		return fmt.Errorf("disconnecting from broker: %w", err)
@@ -218,8 +256,8 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		stomp.ConnOpt.HeartBeat(hb, hb/2),
 		stomp.ConnOpt.HeartBeatError(hb / 2),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
-		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout),
-		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout),
+		stomp.ConnOpt.RcvReceiptTimeout(receiptBackstop * cfg.ReceiptTimeout),
+		stomp.ConnOpt.DisconnectReceiptTimeout(receiptBackstop * cfg.ReceiptTimeout),
 		stomp.ConnOpt.UnsubscribeReceiptTimeout(cfg.ReceiptTimeout),
 		stomp.ConnOpt.Logger(slogAdapter{cfg.Logger.With("component", "stomp")}),
 	}
@@ -255,7 +293,8 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrUnavailable, cfg.Addr, err)
 	}
-	return &Conn{Conn: sc, raw: raw, Dialect: DialectOf(cfg.Broker, sc.Server())}, nil
+	return &Conn{Conn: sc, raw: raw, Dialect: DialectOf(cfg.Broker, sc.Server()),
+		receiptTimeout: cfg.ReceiptTimeout, heartBeat: hb}, nil
 }
 
 // slogAdapter routes go-stomp's logging to slog. go-stomp logs an ERROR frame at

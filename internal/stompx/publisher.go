@@ -83,7 +83,11 @@ func (p *Publisher) Publish(ctx context.Context, destination string, body []byte
 	}
 	conn := s.conn
 	result := make(chan error, 1)
-	go func() { result <- conn.Send(destination, contentType, body, opts...) }()
+	go func() {
+		result <- conn.bounded(p.cfg.ReceiptTimeout, "a send", func() error {
+			return conn.Send(destination, contentType, body, opts...)
+		})
+	}()
 	select {
 	case err := <-result:
 		if err != nil {

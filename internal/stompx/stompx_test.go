@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -350,5 +352,69 @@ func TestReachableBoundedAfterConnect(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Reachable took %s past its context's 300ms", took.Round(time.Millisecond))
+	}
+}
+
+// stuckInSendError counts go-stomp I/O goroutines blocked handing a connection's end to
+// a receipt waiter that is gone.
+func stuckInSendError() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "go-stomp/stomp/v3.sendError(")
+}
+
+// A receipt that never comes is waited for by inboxd, not by go-stomp: when go-stomp's
+// own receipt timeout ended a wait, the wait's channel stayed registered, and once the
+// connection closed, go-stomp's I/O goroutine blocked forever handing it the error
+// (CI: goleak found it after TestClientExportsOneTrace). Bounded by inboxd, the wait
+// ends by dropping the connection, and the waiter takes that error.
+func TestReceiptTimeoutsLeaveNoGoroutine(t *testing.T) {
+	t.Parallel()
+	addr := connectOnlyListener(t)
+	cfg := Config{Addr: addr, ReceiptTimeout: 200 * time.Millisecond, HeartBeat: -1}
+	tests := []struct {
+		name string
+		wait func(ctx context.Context) error
+	}{
+		{"publish", func(ctx context.Context) error {
+			p := NewPublisher(cfg, 1)
+			defer p.Close()
+			return p.Publish(ctx, "/queue/x", []byte(`{}`), nil)
+		}},
+		{"close", func(ctx context.Context) error {
+			c, err := DialConn(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Close()
+		}},
+		{"barrier", func(ctx context.Context) error {
+			c, err := DialConn(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Abort()
+			return c.Barrier()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			if err := tt.wait(ctx); err == nil {
+				t.Fatal("nil error from a broker that sends no receipt")
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("took %s, receipt timeout 200ms", took.Round(time.Millisecond))
+			}
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stuckInSendError() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling for an end that must come
+	}
+	if n := stuckInSendError(); n > 0 {
+		t.Errorf("%d go-stomp goroutines blocked in sendError for good", n)
 	}
 }
