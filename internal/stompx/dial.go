@@ -103,19 +103,21 @@ type Conn struct {
 	receiptTimeout, heartBeat time.Duration
 }
 
-// receiptBackstop is go-stomp's own bound on a receipt wait, as a multiple of
-// Config.ReceiptTimeout: inboxd bounds every wait itself first (bounded). When
-// go-stomp's bound ends a wait, its channel stays registered in go-stomp's I/O loop,
-// and once the connection closes, that loop blocks forever handing the end to it: a
-// goroutine and a connection leaked per timed-out receipt (go-stomp v3.1.5,
-// conn.go: readReceiptWithTimeout, sendError). It also holds for the plain
-// *stomp.Conn that Dial returns.
-const receiptBackstop = 2
+// receiptSlack is how much longer go-stomp's own bound on a receipt wait is than
+// Config.ReceiptTimeout, inboxd's: inboxd ends every wait itself first (bounded), by
+// dropping the connection, and go-stomp's I/O loop then hands the waiter the
+// connection's end. When go-stomp's bound ended a wait instead, the wait's channel
+// stayed registered, and once the connection closed, that loop blocked forever handing
+// it the end: a goroutine and a connection leaked per timed-out receipt (go-stomp
+// v3.1.5, conn.go: readReceiptWithTimeout, sendError). The slack is the loop's time to
+// see the dropped socket. go-stomp's bound still ends a wait whose frame its loop never
+// took (the connection failed first): then nothing is registered, and the send returns
+// ReceiptTimeout + receiptSlack after it began.
+const receiptSlack = 2 * time.Second
 
 // bounded runs wait, a call that waits for a RECEIPT, and drops the connection (Abort)
-// if it has not returned within d: go-stomp's I/O loop then hands wait the
-// connection's end, so wait returns and nothing stays registered (see
-// receiptBackstop).
+// if it has not returned within d, which must be at most Config.ReceiptTimeout; wait
+// then returns once go-stomp lets go (see receiptSlack), with nothing left registered.
 func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
 	dropped := make(chan struct{})
 	t := time.AfterFunc(d, func() { close(dropped); c.Abort() })
@@ -134,7 +136,7 @@ func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
 // SUBSCRIBE with "Subscription not found" (seen under load in CI).
 // Bounded by the receipt timeout, and by three quarters of the heart-beat interval:
 // go-stomp gives up on this receipt after its heart-beat send interval (at least
-// HeartBeat), and would then leave its wait registered (see receiptBackstop).
+// HeartBeat), and would then leave its wait registered (see receiptSlack).
 func (c *Conn) Barrier() error {
 	d := c.receiptTimeout
 	if c.heartBeat > 0 {
@@ -256,8 +258,8 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		stomp.ConnOpt.HeartBeat(hb, hb/2),
 		stomp.ConnOpt.HeartBeatError(hb / 2),
 		stomp.ConnOpt.HeartBeatGracePeriodMultiplier(heartBeatGraceMultiple),
-		stomp.ConnOpt.RcvReceiptTimeout(receiptBackstop * cfg.ReceiptTimeout),
-		stomp.ConnOpt.DisconnectReceiptTimeout(receiptBackstop * cfg.ReceiptTimeout),
+		stomp.ConnOpt.RcvReceiptTimeout(cfg.ReceiptTimeout + receiptSlack),
+		stomp.ConnOpt.DisconnectReceiptTimeout(cfg.ReceiptTimeout + receiptSlack),
 		stomp.ConnOpt.UnsubscribeReceiptTimeout(cfg.ReceiptTimeout),
 		stomp.ConnOpt.Logger(slogAdapter{cfg.Logger.With("component", "stomp")}),
 	}

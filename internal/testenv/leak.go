@@ -52,8 +52,10 @@ func Main(m *testing.M) {
 
 // leakGrace is how long a goroutine may take to return after the tests: under -race on
 // a loaded CI machine, one told to stop can outlast goleak's own retries (about 0.4 s),
-// while a leaked one is still there seconds later.
-const leakGrace = 5 * time.Second
+// while a leaked one is still there for good. The longest bounded wait is a send whose
+// connection was dropped before go-stomp took its frame: it returns 12 s after it began
+// (stompx.DefaultReceiptTimeout and its slack), and go-stomp's I/O loop ends behind it.
+const leakGrace = 15 * time.Second
 
 // findLeaks polls goleak.Find until no unexpected goroutine is left or leakGrace passes.
 func findLeaks() error {
