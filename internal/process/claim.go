@@ -57,10 +57,6 @@ func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, a
 		if err != nil {
 			return nil, err
 		}
-		tries := picked
-		if aggregates == nil { // a claim that skips locked rows skips the ones it knows of first
-			tries = e.held.without(picked)
-		}
-		return journal.LockPicked(ctx, tx, tries, grace, limit, aggregates == nil)
+		return journal.LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
 	}
 }

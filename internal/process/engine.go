@@ -128,7 +128,6 @@ type Engine struct {
 	tracer trace.Tracer
 
 	wake *waker // Kick: work was journaled
-	held held   // what this engine's open batches hold locked
 }
 
 // New builds an engine. m and log may be nil.
