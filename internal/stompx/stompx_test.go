@@ -410,11 +410,7 @@ func TestReceiptTimeoutsLeaveNoGoroutine(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for stuckInSendError() > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling for an end that must come
-	}
-	if n := stuckInSendError(); n > 0 {
-		t.Errorf("%d go-stomp goroutines blocked in sendError for good", n)
-	}
+	testenv.Eventually(t, 10*time.Second, "no go-stomp goroutine blocked in sendError", func() bool {
+		return stuckInSendError() == 0
+	})
 }
