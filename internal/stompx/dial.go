@@ -1,7 +1,6 @@
 package stompx
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -111,22 +110,30 @@ type Conn struct {
 // it the end: a goroutine and a connection leaked per timed-out receipt (go-stomp
 // v3.1.5, conn.go: readReceiptWithTimeout, sendError). The slack is the loop's time to
 // see the dropped socket. go-stomp's bound still ends a wait whose frame its loop never
-// took (the connection failed first): then nothing is registered, and the send returns
-// ReceiptTimeout + receiptSlack after it began.
+// took (the connection failed first): then nothing is registered, and that goroutine
+// ends ReceiptTimeout + receiptSlack after the wait began, in the background (bounded
+// has returned by then).
 const receiptSlack = 2 * time.Second
 
 // bounded runs wait, a call that waits for a RECEIPT, and drops the connection (Abort)
-// if it has not returned within d, which must be at most Config.ReceiptTimeout; wait
-// then returns once go-stomp lets go (see receiptSlack), with nothing left registered.
+// if it has not returned within d, which must be at most Config.ReceiptTimeout; it then
+// returns at once, without waiting for wait. When go-stomp's I/O loop had taken the
+// frame, wait ends as soon as the loop sees the dropped socket, with nothing left
+// registered (see receiptSlack); when the loop had not (it was still writing an earlier
+// frame to a broker that stopped reading), nothing delivers the end, and wait lasts
+// until go-stomp's own bound, ReceiptTimeout + receiptSlack: a stop must not wait that.
 func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
-	dropped := make(chan struct{})
-	t := time.AfterFunc(d, func() { close(dropped); c.Abort() })
-	err := wait()
-	if !t.Stop() {
-		<-dropped
-		return fmt.Errorf("%w: no RECEIPT for %s within %s: %w", ErrUnavailable, what, d, cmp.Or(err, errors.New("dropped the connection")))
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
 	}
-	return err
+	c.Abort()
+	return fmt.Errorf("%w: no RECEIPT for %s within %s: dropped the connection", ErrUnavailable, what, d)
 }
 
 // Barrier waits until the broker has processed every frame sent before it, which

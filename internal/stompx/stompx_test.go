@@ -300,7 +300,12 @@ func TestClientIDRefusalLostThenRepeated(t *testing.T) {
 
 // connectOnlyListener answers CONNECT and then nothing more, like a broker that went
 // silent after the handshake: a DISCONNECT receipt never comes.
-func connectOnlyListener(t *testing.T) string {
+func connectOnlyListener(t *testing.T) string { return connectedListener(t, true) }
+
+// connectedListener answers CONNECT and then sends nothing; read: it reads (and drops)
+// what comes after, or else it reads nothing more, like a broker that hung, whose
+// socket buffers fill.
+func connectedListener(t *testing.T, read bool) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -326,6 +331,10 @@ func connectOnlyListener(t *testing.T) string {
 					return
 				}
 				go func() { <-done; c.Close() }()
+				if !read {
+					<-done
+					return
+				}
 				for {
 					if _, err := r.Read(); err != nil {
 						return
@@ -413,4 +422,35 @@ func TestReceiptTimeoutsLeaveNoGoroutine(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "no go-stomp goroutine blocked in sendError", func() bool {
 		return stuckInSendError() == 0
 	})
+}
+
+// A broker that stops reading: go-stomp's I/O loop blocks writing a large frame, and a
+// DISCONNECT queued behind it is never taken, so nothing would hand its wait the
+// connection's end. Close returns at its receipt timeout all the same; before, it
+// waited go-stomp's own bound too (receipt timeout + receiptSlack), which held
+// ingest's stop past its share of the shutdown (CI: TestConsoleInBrowser).
+func TestCloseBoundedWhenTheBrokerStopsReading(t *testing.T) {
+	t.Parallel()
+	const receiptTimeout = 500 * time.Millisecond
+	cfg := Config{Addr: connectedListener(t, false), ReceiptTimeout: receiptTimeout, HeartBeat: -1}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := DialConn(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No receipt: Send returns once the frame is queued; the loop then blocks writing it.
+	if err := c.Send("/queue/x", "", make([]byte, 32<<20)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = c.Close()
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Close: %v, want ErrUnavailable", err)
+	}
+	// go-stomp's own bound would be 2.5s; the margin is for a loaded CI machine.
+	if took > receiptTimeout+receiptSlack/2 {
+		t.Errorf("Close took %s, receipt timeout %s", took.Round(time.Millisecond), receiptTimeout)
+	}
 }
