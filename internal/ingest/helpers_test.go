@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -120,8 +121,8 @@ func value(c prometheus.Counter) float64 {
 func count(t testing.TB, db database.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := testenv.ReadRetrying(func() error {
-		return db.QueryRow(context.Background(), sql, args...).Scan(&n)
+	if err := testenv.Observe(context.Background(), db, func(q pgx.Tx) error {
+		return q.QueryRow(context.Background(), sql, args...).Scan(&n)
 	}); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}

@@ -124,6 +124,36 @@ func ReadRetrying(read func() error) error {
 	return err
 }
 
+// Observe runs read, a test's own look at the database, in a REPEATABLE READ, read-only
+// transaction: one snapshot for all its statements, and no part in the serializable
+// isolation of the transactions under test. Under the profile's SERIALIZABLE default
+// (Serializable), a test polling the journal took PostgreSQL SSI's read locks (a
+// sequential scan locks the whole table) and made the processing transactions it
+// watched pivots of conflicts that nothing in the product causes: a changefeed reads
+// through rangefeeds, outside any transaction. PostgreSQL's REPEATABLE READ takes no
+// such locks and a read-only one never fails to serialize
+// (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-REPEATABLE-READ).
+// On a transaction (db is a pgx.Tx), read runs in it as it is. A conflict is retried as
+// ReadRetrying does.
+func Observe(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, read func(q pgx.Tx) error) error {
+	if tx, ok := db.(pgx.Tx); ok {
+		return ReadRetrying(func() error { return read(tx) })
+	}
+	return ReadRetrying(func() error {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only: nothing to keep
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return err
+		}
+		return read(tx)
+	})
+}
+
 // Serializable reports whether the test databases default to SERIALIZABLE
 // ($INBOXD_TEST_DEFAULT_ISOLATION), CockroachDB's default. Under it a transaction that
 // conflicts is rolled back and retried whole, so a handler can run more than once for

@@ -518,4 +518,25 @@ func dumpPending(t *testing.T, db *testenv.DB) {
 		}
 		t.Logf("pending: %s agg=%s seq=%d %s attempts=%d next in %s err=%q", id, agg, seq, st, att, next, le)
 	}
+	rows.Close()
+	// The heads the sweeper claims from: a pending entry that is no head, or a head
+	// not due, shows here.
+	heads, err := db.Pool.Query(context.Background(), `SELECT aggregate_id, head_id::TEXT, head_seq, received, parked,
+		due_at - now() FROM aggregate_head ORDER BY aggregate_id LIMIT 20`)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer heads.Close()
+	for heads.Next() {
+		var agg, id string
+		var seq int64
+		var received, parked bool
+		var due time.Duration
+		if err := heads.Scan(&agg, &id, &seq, &received, &parked, &due); err != nil {
+			t.Log(err)
+			return
+		}
+		t.Logf("head: agg=%s %s seq=%d received=%v parked=%v due in %s", agg, id, seq, received, parked, due)
+	}
 }

@@ -56,10 +56,11 @@ func TestChangefeedOnlyPush(t *testing.T) {
 	}))
 	reg.Register(registration.EventType, registration.Handler)
 	m := metrics.New()
+	log := testenv.Logger(t) // printed if the test fails
 	engine := process.New(pool, reg, process.Config{Concurrency: workers, MaxAttempts: maxAttempts,
 		BaseBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
-		ImmediateRetries: -1}, m, nil) // the checks count one handler run per attempt
-	h := webhook.New(webhook.Config{AuthHeader: token, Sink: "journal"}, engine, pool, m, nil)
+		ImmediateRetries: -1}, m, log) // the checks count one handler run per attempt
+	h := webhook.New(webhook.Config{AuthHeader: token, Sink: "journal"}, engine, pool, m, log)
 	u, client := serve(t, h)
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -166,8 +166,8 @@ func Check(t testing.TB, db database.DB) Report {
 	t.Helper()
 	var r Report
 	var missing, orphan, disorder int
-	if err := testenv.ReadRetrying(func() (err error) {
-		r, missing, orphan, disorder, err = check(db)
+	if err := testenv.Observe(context.Background(), db, func(q pgx.Tx) (err error) {
+		r, missing, orphan, disorder, err = check(q)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -235,8 +235,8 @@ func check(db database.DB) (r Report, missing, orphan, disorder int, err error) 
 func Status(t testing.TB, db database.DB, id string) (status journal.Status, attempts int, lastError string) {
 	t.Helper()
 	var le *string
-	if err := testenv.ReadRetrying(func() error {
-		return db.QueryRow(context.Background(), `SELECT status, attempts, last_error FROM journal WHERE id = $1`, id).
+	if err := testenv.Observe(context.Background(), db, func(q pgx.Tx) error {
+		return q.QueryRow(context.Background(), `SELECT status, attempts, last_error FROM journal WHERE id = $1`, id).
 			Scan(&status, &attempts, &le)
 	}); err != nil {
 		t.Fatalf("reading status of %s: %v", id, err)
@@ -251,8 +251,8 @@ func Status(t testing.TB, db database.DB, id string) (status journal.Status, att
 func CountStatus(t testing.TB, db database.DB, status journal.Status) int {
 	t.Helper()
 	var n int64
-	err := testenv.ReadRetrying(func() (err error) {
-		n, err = journal.CountByStatus(context.Background(), db, status)
+	err := testenv.Observe(context.Background(), db, func(q pgx.Tx) (err error) {
+		n, err = journal.CountByStatus(context.Background(), q, status)
 		return err
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/webhook"
+	"github.com/jackc/pgx/v5"
 )
 
 // Clock hands out strictly increasing HLC timestamps near the wall clock.
@@ -66,11 +67,11 @@ func Bare(after json.RawMessage, id, topic string, updated webhook.HLC) json.Raw
 
 // FromJournal renders the journal rows (all of them when ids is nil) as wrapped row
 // messages, with fresh updated timestamps from clock. As in Feed, a conflict on the read
-// under SERIALIZABLE is retried (testenv.ReadRetrying).
+// is retried (testenv.Observe).
 func FromJournal(ctx context.Context, db database.DB, ids []string, clock *Clock) ([]json.RawMessage, error) {
 	var rows []json.RawMessage
-	err := testenv.ReadRetrying(func() (err error) {
-		rows, err = journal.RowsAsJSON(ctx, db, ids)
+	err := testenv.Observe(ctx, db, func(q pgx.Tx) (err error) {
+		rows, err = journal.RowsAsJSON(ctx, q, ids)
 		return err
 	})
 	if err != nil {
