@@ -12,8 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/testenv"
@@ -25,6 +27,16 @@ type countingHandler struct {
 	mu    sync.Mutex
 	calls map[string]int
 	fail  func(ev process.Event) error
+	m     *metrics.Metrics
+}
+
+// conflicts is how many times a batch was rolled back on a 40001 and run again.
+func (h *countingHandler) conflicts() int {
+	var d dto.Metric
+	if err := h.m.Processed.WithLabelValues(process.OtherType, "conflict").Write(&d); err != nil {
+		panic(err)
+	}
+	return int(d.GetCounter().GetValue())
 }
 
 func (h *countingHandler) Handle(_ context.Context, _ pgx.Tx, ev process.Event) error {
@@ -52,10 +64,10 @@ func (h *countingHandler) of(id string) int {
 
 func countingEngine(t *testing.T, db *testenv.DB, fail func(ev process.Event) error) (*process.Engine, *countingHandler) {
 	t.Helper()
-	h := &countingHandler{calls: map[string]int{}, fail: fail}
+	h := &countingHandler{calls: map[string]int{}, fail: fail, m: metrics.New()}
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, h)
-	return process.New(db.Pool, reg, process.Config{MaxAttempts: 5, BaseBackoff: time.Hour, MaxBackoff: time.Hour, ImmediateRetries: -1}, nil, nil), h
+	return process.New(db.Pool, reg, process.Config{MaxAttempts: 5, BaseBackoff: time.Hour, MaxBackoff: time.Hour, ImmediateRetries: -1}, h.m, nil), h
 }
 
 // multiByteAcross returns an error text of more than 4,000 bytes with a 3-byte rune
@@ -138,6 +150,7 @@ func TestForeignConflictIsTheHandlersFailure(t *testing.T) {
 // sanitized text alone no longer trips the database.
 func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 	t.Parallel()
+	const batchSize = 100
 	for _, forced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("constraint=%v", forced), func(t *testing.T) {
 			db := testenv.NewDB(t)
@@ -161,7 +174,7 @@ func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 			ids := pt.Ingest(t, db.Pool, payloads...)
 			poisonID = ids[57]
 			t.Cleanup(func() { t.Logf("%d handler calls for %d events", h.total(), len(ids)) })
-			runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: 5 * time.Millisecond, Grace: 0, BatchSize: 100}))
+			runSweeper(t, process.NewSweeper(e, process.SweeperConfig{Interval: 5 * time.Millisecond, Grace: 0, BatchSize: batchSize}))
 			testenv.Eventually(t, 30*time.Second, "199 processed, the poisoned one recorded", func() bool {
 				return pt.CountStatus(t, db.Pool, "PROCESSED") == 199 && pt.CountStatus(t, db.Pool, "FAILED") == 1
 			})
@@ -172,16 +185,19 @@ func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 			if forced && !strings.Contains(lastErr, "could not be stored") {
 				t.Errorf("last_error = %q, want the fixed message", lastErr)
 			}
-			// Under SERIALIZABLE a conflict re-runs a batch's handlers: a few more, never a loop.
-			once, calls := 1, 2*len(ids)
-			if testenv.Serializable() {
-				once, calls = 5, 4*len(ids)
-			}
+			// A loop would have kept the poisoned event RECEIVED with no attempt (above).
+			// The poisoned event runs once and every other at most twice (its batch,
+			// then its own record); under SERIALIZABLE each conflict re-runs one batch
+			// too, of at most batchSize events: PostgreSQL's SSI, which tracks reads by
+			// index page, has many more of them than CockroachDB when the test's 200
+			// aggregates share a few pages.
+			conflicts := h.conflicts()
+			once, calls := 1+conflicts, 2*len(ids)+conflicts*batchSize
 			if c := h.of(poisonID); c > once {
-				t.Errorf("poisoned event's handler ran %d times, want at most %d", c, once)
+				t.Errorf("poisoned event's handler ran %d times, want at most %d (%d conflicts)", c, once, conflicts)
 			}
 			if n := h.total(); n > calls {
-				t.Errorf("%d handler calls for %d events, want at most %d", n, len(ids), calls)
+				t.Errorf("%d handler calls for %d events, want at most %d (%d conflicts)", n, len(ids), calls, conflicts)
 			}
 		})
 	}
