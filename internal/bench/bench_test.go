@@ -269,6 +269,14 @@ func TestParseOptions(t *testing.T) {
 			if got := len(o.ingestConfigs()); got != 12 {
 				t.Errorf("sweep configs = %d, want 12", got)
 			}
+			if fmt.Sprint(o.Rows) != "[broker ingest]" {
+				t.Errorf("sweep rows %v, want [broker ingest]", o.Rows)
+			}
+		}, false},
+		{"sweep with rows of its own", []string{"-sweep", "-rows=ingest,e2e-max"}, func(t *testing.T, o *options) {
+			if fmt.Sprint(o.Rows) != "[ingest e2e-max]" {
+				t.Errorf("rows %v", o.Rows)
+			}
 		}, false},
 		{"journal-size brings its baselines", []string{"-rows=journal-size", "-journal-size=1000"}, func(t *testing.T, o *options) {
 			if fmt.Sprint(o.Rows) != "[journal-size ingest e2e-max]" || o.JournalSize != 1000 {

@@ -96,7 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.CPUProfile, "cpuprofile", false, "write a pprof CPU profile of every row's child into the results directory")
 	fs.DurationVar(&o.RowTimeout, "row-timeout", 10*time.Minute, "give up on a row after this long")
 	o.River.register(fs)
-	fs.BoolVar(&o.Sweep, "sweep", false, "run the ingest row once per configuration of the -sweep-* matrix")
+	fs.BoolVar(&o.Sweep, "sweep", false, "run the ingest row once per configuration of the -sweep-* matrix (with -rows unset, only it and the broker row)")
 	fs.StringVar(&sb, "sweep-batch", "100,500,1000", "sweep: batch sizes")
 	fs.StringVar(&sa, "sweep-ack", "client,client-individual", "sweep: ack modes")
 	fs.StringVar(&sp, "sweep-prefetch", "", "sweep: prefetch sizes (default: -prefetch)")
@@ -148,6 +148,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if err := o.River.resolve(); err != nil {
 		return nil, err
+	}
+	if rows == "" && o.Sweep {
+		// The matrix is ingest's, read against the bare broker of the same repetition;
+		// the other rows would only repeat themselves (a 10 M journal-size fill among them).
+		rows = rowBroker + "," + rowIngest
 	}
 	if rows == "" {
 		rows = strings.Join(allRows, ",")
