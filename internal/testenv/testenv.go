@@ -146,7 +146,7 @@ func Observe(ctx context.Context, db interface {
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only: nothing to keep
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // read only: nothing to keep
 		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 			return err
 		}

@@ -10,11 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/webhook"
-	"github.com/jackc/pgx/v5"
 )
 
 // Feed emulates a CockroachDB changefeed on the journal, of the form "inboxd changefeed

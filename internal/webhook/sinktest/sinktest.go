@@ -19,11 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/testenv"
 	"github.com/inboxd/inboxd/internal/webhook"
-	"github.com/jackc/pgx/v5"
 )
 
 // Clock hands out strictly increasing HLC timestamps near the wall clock.
@@ -66,8 +67,8 @@ func Bare(after json.RawMessage, id, topic string, updated webhook.HLC) json.Raw
 }
 
 // FromJournal renders the journal rows (all of them when ids is nil) as wrapped row
-// messages, with fresh updated timestamps from clock. As in Feed, a conflict on the read
-// is retried (testenv.Observe).
+// messages, with fresh updated timestamps from clock. As in Feed, the read takes no part
+// in the profile's SERIALIZABLE (testenv.Observe).
 func FromJournal(ctx context.Context, db database.DB, ids []string, clock *Clock) ([]json.RawMessage, error) {
 	var rows []json.RawMessage
 	err := testenv.Observe(ctx, db, func(q pgx.Tx) (err error) {
