@@ -61,3 +61,60 @@ func TestEntryAttemptTimeline(t *testing.T) {
 		}
 	}
 }
+
+// Issue 29: a PROCESSED attempt whose handler ran once is not written to the history
+// table (journal_attempt); the timeline shows it from the journal row, once, and an
+// attempt that took immediate retries keeps its history row.
+func TestTimelineOfAttemptsWithoutHistoryRows(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	ids := seedEvents(t, h.db.Pool, "once", map[string]any{"n": 1})
+	retried := seedEvents(t, h.db.Pool, "fluke", map[string]any{"n": 2})
+	reg := process.NewRegistry()
+	reg.Register("once", process.HandlerFunc(func(context.Context, pgx.Tx, process.Event) error { return nil }))
+	runs := 0
+	reg.Register("fluke", process.HandlerFunc(func(context.Context, pgx.Tx, process.Event) error {
+		if runs++; runs == 1 {
+			return errors.New("fluke")
+		}
+		return nil
+	}))
+	e := process.New(h.db.Pool, reg, process.Config{}, nil, nil)
+	for _, id := range []string{ids[0], retried[0]} {
+		if out, err := e.Process(ctx, id); err != nil || out != process.OutcomeProcessed {
+			t.Fatalf("processing %s: %s, %v", id, out, err)
+		}
+	}
+	cases := []struct {
+		name        string
+		id          string
+		runs        int
+		historyRows int
+	}{
+		{"first run", ids[0], 1, 0},
+		{"after an immediate retry", retried[0], 2, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var rows int
+			if err := h.db.Pool.QueryRow(ctx, `SELECT count(*) FROM journal_attempt WHERE journal_id = $1`, c.id).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if rows != c.historyRows {
+				t.Errorf("%d history rows, want %d", rows, c.historyRows)
+			}
+			var got entry
+			r := h.do(t, "GET", "/journal/"+c.id, nil)
+			r.JSON(t, &got)
+			if r.Code != 200 || len(got.Timeline) != 1 {
+				t.Fatalf("want one attempt in the timeline: %d %s", r.Code, r.Body)
+			}
+			a := got.Timeline[0]
+			if a.Attempt != 1 || a.Outcome != "PROCESSED" || a.Runs != c.runs || a.Error != nil || a.StartedAt.IsZero() ||
+				a.DurationMS < 0 || a.RecordedAt.IsZero() {
+				t.Errorf("attempt: %+v", a)
+			}
+		})
+	}
+}

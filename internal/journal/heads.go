@@ -292,6 +292,56 @@ func SettleHeads(ctx context.Context, tx database.DB, aggregates []string) (map[
 	aggs := slices.Clone(aggregates)
 	slices.Sort(aggs)
 	aggs = slices.Compact(aggs)
+	next := map[string]bool{}
+	var (
+		agg    string
+		parked bool
+	)
+	readHeads := func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&agg, &parked}, func() error {
+			if !parked {
+				next[agg] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+		}
+		return nil
+	}
+	if b, ok := tx.(batchSender); ok {
+		// One round trip for the three statements: they run in order on the server, so
+		// the lock is taken before the recomputation reads the journal. It is most of a
+		// small batch's round trips at a moderate rate.
+		batch := &pgx.Batch{}
+		batch.Queue(lockAggregateHeadsSQL, aggs)
+		batch.Queue(upsertHeadsSQL, aggs)
+		batch.Queue(deleteIdleHeadsSQL, aggs)
+		br := b.SendBatch(ctx, batch)
+		err := func() error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("locking %d aggregate heads: %w", len(aggs), err)
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+			}
+			if err := readHeads(rows); err != nil {
+				return err
+			}
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("deleting idle aggregate heads: %w", err)
+			}
+			return nil
+		}()
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("settling %d aggregate heads: %w", len(aggs), cerr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return next, nil
+	}
 	if _, err := tx.Exec(ctx, lockAggregateHeadsSQL, aggs); err != nil {
 		return nil, fmt.Errorf("locking %d aggregate heads: %w", len(aggs), err)
 	}
@@ -299,24 +349,18 @@ func SettleHeads(ctx context.Context, tx database.DB, aggregates []string) (map[
 	if err != nil {
 		return nil, fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
 	}
-	next := map[string]bool{}
-	var (
-		agg    string
-		parked bool
-	)
-	_, err = pgx.ForEachRow(rows, []any{&agg, &parked}, func() error {
-		if !parked {
-			next[agg] = true
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("updating %d aggregate heads: %w", len(aggs), err)
+	if err := readHeads(rows); err != nil {
+		return nil, err
 	}
 	if _, err := tx.Exec(ctx, deleteIdleHeadsSQL, aggs); err != nil {
 		return nil, fmt.Errorf("deleting idle aggregate heads: %w", err)
 	}
 	return next, nil
+}
+
+// batchSender is what a pgx.Tx (or connection) has to send statements in one round trip.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // aggregatesOfSQL returns the distinct aggregates of entries $1.

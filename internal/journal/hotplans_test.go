@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -72,6 +73,8 @@ func TestHotPlansUseKeys(t *testing.T) {
 	statuses := make([]string, len(heads))
 	errs := make([]*string, len(heads))
 	backoffs := make([]int64, len(heads))
+	started := make([]time.Time, len(heads))
+	took := make([]int64, len(heads))
 	for i := range statuses {
 		statuses[i] = string(StatusProcessed)
 	}
@@ -84,7 +87,7 @@ func TestHotPlansUseKeys(t *testing.T) {
 			want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "webhook: lock batch", sql: lockBatchSQL, args: []any{heads}, want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "engine: lock one", sql: lockPendingSQL, args: []any{heads[0]}, want: []string{"journal_pkey"}},
-		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs}, want: []string{"journal_pkey"}},
+		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs, started, took}, want: []string{"journal_pkey"}},
 		{name: "settle: aggregates of", sql: aggregatesOfSQL, args: []any{heads}, want: []string{"journal_pkey"}},
 		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},
 		{name: "sweeper: stale heads", sql: staleHeadsSQL, args: []any{int64(2000)}, want: []string{"journal_pkey"}},

@@ -71,7 +71,8 @@ func TestOutcomesArePlannedForTheJournalAsItIs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{{ID: id, Status: journal.StatusProcessed}}); err != nil {
+		// FAILED: a first-run PROCESSED attempt writes no history row (journal.historyOf).
+		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{{ID: id, Status: journal.StatusFailed, Error: "down"}}); err != nil {
 			t.Fatal(err)
 		}
 		var mode string

@@ -192,10 +192,38 @@ func RecordOutcomes(ctx context.Context, tx database.DB, results []Outcome) erro
 	if err := checkOutcomes(len(results), tag, err); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, recordAttemptsSQL, attemptArgs(results)...); err != nil {
-		return fmt.Errorf("recording %d attempts: %w", len(results), err)
+	if hist := historyOf(results); len(hist) > 0 {
+		if _, err := tx.Exec(ctx, recordAttemptsSQL, attemptArgs(hist)...); err != nil {
+			return fmt.Errorf("recording %d attempts: %w", len(hist), err)
+		}
 	}
 	return nil
+}
+
+// historyOf returns the outcomes whose attempts go into the history (journal_attempt):
+// all but a PROCESSED attempt whose handler ran once, the common case, which the
+// journal row itself tells (attempts, processed_at, last_started_at,
+// last_duration_ms: migration 0017) and Attempts shows as such. Leaving it out saves a
+// row, its index entry and its statement on almost every event (issue 29); an attempt
+// that failed, was retried at once or was rejected keeps its row and its error.
+func historyOf(results []Outcome) []Outcome {
+	var out []Outcome
+	for i, r := range results {
+		if r.Status == StatusProcessed && r.Runs <= 1 {
+			if out == nil {
+				out = make([]Outcome, 0, len(results)-i)
+				out = append(out, results[:i]...)
+			}
+			continue
+		}
+		if out != nil {
+			out = append(out, r)
+		}
+	}
+	if out == nil {
+		return results
+	}
+	return out
 }
 
 // RecordOutcomesGuarded is RecordOutcomes inside a savepoint, sent in the same round
@@ -215,7 +243,10 @@ func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) er
 		b.Queue(customPlansSQL)
 	}
 	b.Queue(recordOutcomesSQL, outcomeArgs(results)...)
-	b.Queue(recordAttemptsSQL, attemptArgs(results)...)
+	hist := historyOf(results)
+	if len(hist) > 0 {
+		b.Queue(recordAttemptsSQL, attemptArgs(hist)...)
+	}
 	if custom {
 		b.Queue(defaultPlansSQL)
 	}
@@ -232,9 +263,9 @@ func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) er
 	} else {
 		err = fmt.Errorf("opening the outcomes savepoint: %w", err)
 	}
-	if err == nil {
+	if err == nil && len(hist) > 0 {
 		if _, aerr := br.Exec(); aerr != nil {
-			err = fmt.Errorf("recording %d attempts: %w", len(results), aerr)
+			err = fmt.Errorf("recording %d attempts: %w", len(hist), aerr)
 		}
 	}
 	if err == nil && custom {
@@ -269,27 +300,37 @@ func outcomeArgs(results []Outcome) []any {
 			errs[i] = &s
 		}
 	}
-	return []any{ids, statuses, errs, backoffs}
+	started, took := runArgs(results)
+	return []any{ids, statuses, errs, backoffs, started, took}
+}
+
+// runArgs are the start times (zero: now) and durations (ms) of results' attempts.
+func runArgs(results []Outcome) (started []time.Time, took []int64) {
+	started = make([]time.Time, len(results))
+	took = make([]int64, len(results))
+	now := time.Now()
+	for i, r := range results {
+		started[i], took[i] = r.StartedAt, r.Took.Milliseconds()
+		if r.StartedAt.IsZero() {
+			started[i] = now
+		}
+	}
+	return started, took
 }
 
 func attemptArgs(results []Outcome) []any {
 	ids := make([]string, len(results))
 	statuses := make([]string, len(results))
 	errs := make([]*string, len(results))
-	started := make([]time.Time, len(results))
-	took := make([]int64, len(results))
 	runs := make([]int64, len(results))
-	now := time.Now()
 	for i, r := range results {
-		ids[i], statuses[i], started[i], took[i], runs[i] = r.ID, string(r.Status), r.StartedAt, r.Took.Milliseconds(), int64(max(r.Runs, 1))
-		if r.StartedAt.IsZero() {
-			started[i] = now
-		}
+		ids[i], statuses[i], runs[i] = r.ID, string(r.Status), int64(max(r.Runs, 1))
 		if r.Status != StatusProcessed {
 			s := errorText(r.Error)
 			errs[i] = &s
 		}
 	}
+	started, took := runArgs(results)
 	return []any{ids, statuses, errs, started, took, runs}
 }
 
@@ -320,7 +361,8 @@ const (
 	defaultPlansSQL = `SET LOCAL plan_cache_mode = DEFAULT`
 )
 
-// recordOutcomesSQL records outcomes: $1 ids, $2 statuses, $3 errors, $4 backoffs (ms).
+// recordOutcomesSQL records outcomes: $1 ids, $2 statuses, $3 errors, $4 backoffs (ms),
+// $5 the attempts' start times, $6 their durations (ms).
 const recordOutcomesSQL = `
 		UPDATE journal AS j
 		SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
@@ -328,8 +370,9 @@ const recordOutcomesSQL = `
 		                           THEN now() + r.backoff_ms * INTERVAL '1 millisecond'
 		                           ELSE j.next_attempt_at END,
 		    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
-		    updated_at = now()
-		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[]) AS r(id, status, err, backoff_ms)
+		    updated_at = now(), last_started_at = r.started_at, last_duration_ms = r.duration_ms
+		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TIMESTAMPTZ[], $6::INT8[])
+		     AS r(id, status, err, backoff_ms, started_at, duration_ms)
 		WHERE j.id = r.id`
 
 // recordAttemptsSQL appends the attempts whose outcomes recordOutcomesSQL just recorded
@@ -362,12 +405,29 @@ type Attempt struct {
 // maxAttemptsRead bounds the timeline Attempts returns: the latest ones.
 const maxAttemptsRead = 200
 
+// attemptsSQL reads the history of entry $1, its latest $2 rows, and the PROCESSED
+// attempt that historyOf left out of it, from the journal row (a row the history
+// already holds for that attempt, written by an earlier release or after immediate
+// retries, wins).
+const attemptsSQL = `
+		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at, edited_by, edited_from, original_payload
+		FROM (
+			(SELECT h.attempt, h.started_at, h.duration_ms, h.runs, h.outcome, h.error, h.recorded_at,
+			        h.edited_by, h.edited_from, h.original_payload
+			 FROM journal_attempt AS h WHERE h.journal_id = $1::UUID ORDER BY h.recorded_at DESC LIMIT $2::INT8)
+			UNION ALL
+			SELECT j.attempts::INT8, j.last_started_at, j.last_duration_ms, 1::INT8, 'PROCESSED'::TEXT, NULL::TEXT,
+			       j.processed_at, NULL::TEXT, NULL::TEXT, NULL::JSONB
+			FROM journal AS j
+			WHERE j.id = $1::UUID AND j.status = 'PROCESSED' AND j.last_started_at IS NOT NULL
+			  AND NOT EXISTS (SELECT 1 FROM journal_attempt AS x
+			                  WHERE x.journal_id = j.id AND x.attempt = j.attempts AND x.outcome = 'PROCESSED')
+		) AS a
+		ORDER BY recorded_at`
+
 // Attempts returns the attempt history of an entry, oldest first (the latest 200).
 func Attempts(ctx context.Context, db database.DB, id string) ([]Attempt, error) {
-	rows, err := db.Query(ctx, `
-		SELECT attempt, started_at, duration_ms, runs, outcome, error, recorded_at, edited_by, edited_from, original_payload
-		FROM (SELECT * FROM journal_attempt WHERE journal_id = $1::UUID ORDER BY recorded_at DESC LIMIT $2::INT8) AS a
-		ORDER BY recorded_at`, id, maxAttemptsRead)
+	rows, err := db.Query(ctx, attemptsSQL, id, maxAttemptsRead)
 	if err != nil {
 		return nil, fmt.Errorf("reading the attempts of %s: %w", id, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,7 +221,10 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 	defer func() { <-e.sem }()
 	start := time.Now()
 
-	tx, err := e.db.BeginTx(ctx, e.txOptions())
+	// The statement timeouts are sent with BEGIN, in one round trip (beginBatchSQL).
+	opts := e.txOptions()
+	opts.BeginQuery = e.beginBatchSQL()
+	tx, err := e.db.BeginTx(ctx, opts)
 	if err != nil {
 		return res, fmt.Errorf("beginning transaction: %w", err)
 	}
@@ -230,9 +234,6 @@ func (e *Engine) runBatch(ctx context.Context, claim claimFunc, setBased bool) (
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	if err := e.setTimeouts(ctx, tx); err != nil {
-		return res, err
-	}
 	heads, err := claim(ctx, tx)
 	if err != nil {
 		return res, err
@@ -269,18 +270,15 @@ func (e *Engine) txOptions() pgx.TxOptions {
 	return pgx.TxOptions{}
 }
 
-// setTimeouts bounds every statement of the processing transaction on the server too,
-// so that a statement stuck on a lock or a runaway query ends even if the client is
-// gone: by HandlerTimeout, but never below defaults.MinStatementTimeout, since the
+// timeoutStatements bound every statement of a processing transaction on the server
+// too, so that a statement stuck on a lock or a runaway query ends even if the client
+// is gone: by HandlerTimeout, but never below defaults.MinStatementTimeout, since the
 // engine's own statements run under it too (a handler's own deadline is its context's).
 // SET LOCAL lasts until the transaction ends and is accepted by PostgreSQL and
-// CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local);
-// it runs after crdb's restart savepoint, whose rollback would undo it, on every try.
-func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
+// CockroachDB alike (https://www.cockroachlabs.com/docs/stable/set-vars#set-local).
+func (e *Engine) timeoutStatements() []string {
 	ms := max(e.cfg.HandlerTimeout, defaults.MinStatementTimeout).Milliseconds()
-	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-		return fmt.Errorf("setting statement_timeout: %w", err)
-	}
+	out := []string{"SET LOCAL statement_timeout = " + strconv.FormatInt(ms, 10)}
 	if e.cfg.Dialect == database.CockroachDB {
 		// Under SERIALIZABLE, CockroachDB's FOR UPDATE locks are best-effort by default:
 		// a lease transfer, split or merge can drop them before the commit, and a second
@@ -290,8 +288,30 @@ func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
 		// needs v24.1+, cockroach PR #116776, and database.MinVersion is v24.1).
 		// https://www.cockroachlabs.com/docs/stable/known-limitations#select-for-update-limitations
 		// https://github.com/cockroachdb/cockroach/pull/107749 (the session variable)
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_durable_locking_for_serializable = on"); err != nil {
-			return fmt.Errorf("setting enable_durable_locking_for_serializable: %w", err)
+		out = append(out, "SET LOCAL enable_durable_locking_for_serializable = on")
+	}
+	return out
+}
+
+// beginBatchSQL begins a processing batch's transaction and sets its timeouts
+// (timeoutStatements) in one simple query, one round trip: a batch at a moderate rate
+// holds a few events, and its round trips are much of its cost. The statements after
+// BEGIN run inside the transaction it opens, on both databases
+// (https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-FLOW-MULTI-STATEMENT).
+func (e *Engine) beginBatchSQL() string {
+	begin := "BEGIN"
+	if e.txOptions().IsoLevel == pgx.Serializable {
+		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+	}
+	return strings.Join(append([]string{begin}, e.timeoutStatements()...), "; ")
+}
+
+// setTimeouts runs timeoutStatements in tx: for a transaction crdb's ExecuteTx begins,
+// after its restart savepoint, whose rollback would undo them, on every try.
+func (e *Engine) setTimeouts(ctx context.Context, tx pgx.Tx) error {
+	for _, stmt := range e.timeoutStatements() {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("setting the transaction's timeouts (%s): %w", stmt, err)
 		}
 	}
 	return nil

@@ -61,7 +61,8 @@
 // (DefaultRetryPolicy: 2 immediate retries, 1 s doubling to 10 min, 40 attempts) keep
 // an event alive for about 5 hours of failures. Config sets the policy for every type,
 // Registry.SetRetryPolicy for one. Every recorded attempt is also kept in the attempt
-// history (journal_attempt), written in the same round trip as the outcome.
+// history (journal_attempt), written in the same round trip as the outcome, but for a
+// PROCESSED attempt whose handler ran once: the journal row holds that one.
 //
 // # Tracing
 //

@@ -24,8 +24,11 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/Requeue":        builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
 	"internal/journal/lockHeads":      builtPrefix("ClaimHeads/"),
-	// SET LOCAL statement_timeout = <milliseconds>, on every processing transaction.
-	"internal/process/setTimeouts":   one("setTimeouts", "SET LOCAL statement_timeout = 30000"),
+	// The timeouts of every processing transaction (timeoutStatements), as setTimeouts
+	// sends them one by one and as beginBatchSQL sends them after BEGIN in one query,
+	// on CockroachDB.
+	"internal/process/setTimeouts": one("beginBatchSQL", "BEGIN ISOLATION LEVEL SERIALIZABLE; "+
+		"SET LOCAL statement_timeout = 30000; SET LOCAL enable_durable_locking_for_serializable = on"),
 	"internal/feed/create":           feedCreates,
 	"internal/feed/Pause":            one("PauseJobSQL", feed.PauseJobSQL(1234)),
 	"internal/feed/Resume":           one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
