@@ -42,12 +42,20 @@ if ! psql "$PGURL/postgres" -qAt -c "SELECT 1 FROM pg_database WHERE datname = '
   $P -c "VACUUM ANALYZE journal"
 fi
 
+# A kept database may predate this binary's migrations: serve would refuse it.
+"$INBOXD" migrate -database-url "$PGURL/$DB?sslmode=disable" >/dev/null
 "$INBOXD" serve -database-url "$PGURL/$DB?sslmode=disable" -destination /queue/inboxd-stats-at-size -http-addr "$ADDR" >"/tmp/$DB.serve.log" 2>&1 &
 serve=$!
 trap 'kill $serve' EXIT
-for _ in $(seq 50); do curl -sf -o /dev/null "http://$ADDR/healthz" && break; sleep 0.2; done
+up=
+for _ in $(seq 50); do curl -sf -o /dev/null "http://$ADDR/healthz" && up=1 && break; sleep 0.2; done
+if [ -z "$up" ]; then
+  echo "inboxd serve did not answer on $ADDR; the end of /tmp/$DB.serve.log:" >&2
+  tail -5 "/tmp/$DB.serve.log" >&2
+  exit 1
+fi
 echo "journal: $($P -c "SELECT reltuples::INT8 FROM pg_class WHERE relname = 'journal'") entries (estimate); $(uptime | sed 's/.*load/load/')"
 for ep in journal/stats 'journal/rates?minutes=10' journal readyz; do
-  for _ in $(seq 30); do curl -s -o /dev/null -w '%{time_total}\n' "http://$ADDR/$ep"; done | sort -n |
+  for _ in $(seq 30); do curl -sf -o /dev/null -w '%{time_total}\n' "http://$ADDR/$ep"; done | sort -n |
     awk -v ep="$ep" '{a[NR] = $1} END {printf "%-26s p50 %5.1f ms  p95 %5.1f ms  max %5.1f ms\n", ep, a[int(NR/2)+1]*1000, a[int(NR*0.95)]*1000, a[NR]*1000}'
 done
