@@ -116,13 +116,14 @@ type Conn struct {
 const receiptSlack = 2 * time.Second
 
 // bounded runs wait, a call that waits for a RECEIPT, and drops the connection (Abort)
-// if it has not returned within d, which must be at most Config.ReceiptTimeout; it then
-// returns at once, without waiting for wait. When go-stomp's I/O loop had taken the
+// if it has not returned within d, which must be at most Config.ReceiptTimeout, or
+// before ctx ends; it then returns at once, without waiting for wait: ctx's error if
+// ctx ended, else one wrapping ErrUnavailable. When go-stomp's I/O loop had taken the
 // frame, wait ends as soon as the loop sees the dropped socket, with nothing left
 // registered (see receiptSlack); when the loop had not (it was still writing an earlier
 // frame to a broker that stopped reading), nothing delivers the end, and wait lasts
 // until go-stomp's own bound, ReceiptTimeout + receiptSlack: a stop must not wait that.
-func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
+func (c *Conn) bounded(ctx context.Context, d time.Duration, what string, wait func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- wait() }()
 	t := time.NewTimer(d)
@@ -130,6 +131,9 @@ func (c *Conn) bounded(d time.Duration, what string, wait func() error) error {
 	select {
 	case err := <-done:
 		return err
+	case <-ctx.Done():
+		c.Abort()
+		return ctx.Err()
 	case <-t.C:
 	}
 	c.Abort()
@@ -149,7 +153,7 @@ func (c *Conn) Barrier() error {
 	if c.heartBeat > 0 {
 		d = min(d, c.heartBeat*3/4)
 	}
-	return c.bounded(d, "a barrier", func() error {
+	return c.bounded(context.Background(), d, "a barrier", func() error {
 		tx, err := c.BeginWithError()
 		if err == nil {
 			err = tx.AbortWithReceipt()
@@ -190,7 +194,7 @@ func (c *Conn) CloseWithin(d time.Duration) {
 //
 // The wait for the receipt is bounded by Config.ReceiptTimeout (bounded).
 func (c *Conn) Close() error {
-	err := c.bounded(c.receiptTimeout, "DISCONNECT", c.Conn.Disconnect)
+	err := c.bounded(context.Background(), c.receiptTimeout, "DISCONNECT", c.Conn.Disconnect)
 	_ = c.raw.Close()
 	if err != nil {
 		return fmt.Errorf("disconnecting from broker: %w", err)

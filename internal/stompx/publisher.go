@@ -82,25 +82,20 @@ func (p *Publisher) Publish(ctx context.Context, destination string, body []byte
 		opts = append(opts, stomp.SendOpt.Header(k, v))
 	}
 	conn := s.conn
-	result := make(chan error, 1)
-	go func() {
-		result <- conn.bounded(p.cfg.ReceiptTimeout, "a send", func() error {
-			return conn.Send(destination, contentType, body, opts...)
-		})
-	}()
-	select {
-	case err := <-result:
-		if err != nil {
-			conn.Abort()
-			s.conn = nil
-			return fmt.Errorf("%w: sending to %s: %w", ErrUnavailable, destination, err)
-		}
+	err := conn.bounded(ctx, p.cfg.ReceiptTimeout, "a send", func() error {
+		return conn.Send(destination, contentType, body, opts...)
+	})
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
-		// The send may or may not complete; the connection's state is unknown.
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The send may or may not complete; bounded dropped the connection.
+		s.conn = nil
+		return fmt.Errorf("sending to %s (outcome unknown): %w", destination, err)
+	default:
 		conn.Abort()
 		s.conn = nil
-		return fmt.Errorf("sending to %s (outcome unknown): %w", destination, ctx.Err())
+		return fmt.Errorf("%w: sending to %s: %w", ErrUnavailable, destination, err)
 	}
 }
 
