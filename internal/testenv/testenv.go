@@ -101,7 +101,7 @@ type DBOptions struct {
 	Empty bool
 }
 
-// ReadRetrying runs read, a test's own read of the database, again while it fails with
+// readRetrying runs read, a test's own read of the database, again while it fails with
 // SQLSTATE 40001, a few dozen times at most. Under SERIALIZABLE (the CockroachDB-faithful
 // profile, Serializable) even a one-statement read can be chosen to abort by
 // PostgreSQL's SSI or by CockroachDB, and the client must retry it:
@@ -109,7 +109,7 @@ type DBOptions struct {
 // The tries are spaced out (1 ms more each time, up to 20 ms; under a second in all):
 // tried back to back, 50 reads of a journal that a webhook storm was rewriting all
 // failed within milliseconds (TestDatabaseOutage, 3 of 29 loaded runs of that profile).
-func ReadRetrying(read func() error) error {
+func readRetrying(read func() error) error {
 	var err error
 	for i := range 50 {
 		if i > 0 {
@@ -134,14 +134,14 @@ func ReadRetrying(read func() error) error {
 // such locks and a read-only one never fails to serialize
 // (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-REPEATABLE-READ).
 // On a transaction (db is a pgx.Tx), read runs in it as it is. A conflict is retried as
-// ReadRetrying does.
+// readRetrying does.
 func Observe(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, read func(q pgx.Tx) error) error {
 	if tx, ok := db.(pgx.Tx); ok {
-		return ReadRetrying(func() error { return read(tx) })
+		return readRetrying(func() error { return read(tx) })
 	}
-	return ReadRetrying(func() error {
+	return readRetrying(func() error {
 		tx, err := db.Begin(ctx)
 		if err != nil {
 			return err
