@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // backlogJournal is plannedJournal, analyzed while almost nothing was pending, and then
@@ -107,6 +110,67 @@ func TestHotPlansUseKeys(t *testing.T) {
 				if err != nil {
 					t.Errorf("%s plan: %v\n%s", kind, err, plan)
 				}
+			}
+		})
+	}
+}
+
+// TestIngestPlanReadsTheJournalByKey pins ingest's statement, which runs from its
+// generic plan (sendIngest, genericPlanSQL), to primary-key lookups of the journal,
+// whether that plan was made while the journal was empty or once it holds 30,000
+// entries: a generic plan made on a small journal that joined it by a scan was kept as
+// the journal grew, and read it whole in every batch. Without noSeqScanSQL's ban on
+// sequential scans, the plan made on the empty journal scans it once per entry.
+func TestIngestPlanReadsTheJournalByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ids := []string{"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01", "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a02"}
+	texts := func(v ...string) []string { return v }
+	args := []any{
+		texts(`{"id":"`+ids[0]+`"}`, `{"id":"`+ids[1]+`"}`), texts("a", "a"), texts("agg-1", "agg-2"), texts("/queue/q", "/queue/q"),
+		[]string{}, []string{}, []string{}, []string{}, []string{}, []string{}, [][]byte{}, []string{},
+		texts("6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b01", "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b02"), ids, texts("", ""),
+	}
+	params := make([]string, len(args))
+	for i := range args {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	empty := testenv.NewDB(t).Pool
+	if _, err := empty.Exec(ctx, `ANALYZE journal`); err != nil {
+		t.Fatal(err)
+	}
+	for name, pool := range map[string]*pgxpool.Pool{"empty journal": empty, "30,000 entries": plannedJournal(t)} {
+		t.Run(name, func(t *testing.T) {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			for _, set := range []string{genericPlanSQL, noSeqScanSQL} {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := tx.Exec(ctx, "PREPARE ingest_planned AS "+ingestSQL); err != nil {
+				t.Fatal(err)
+			}
+			// The simple protocol writes the arguments into the text, as EXPLAIN EXECUTE needs.
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE ingest_planned("+strings.Join(params, ", ")+")",
+				append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := strings.Join(lines, "\n")
+			err = checkPlan(plan, []string{"journal_pkey"}, false)
+			if err == nil && !strings.Contains(plan, "Index Cond: (id = i.id)") {
+				err = fmt.Errorf("does not look each entry up by key") // a whole index read would not either
+			}
+			if err != nil {
+				t.Errorf("generic plan: %v\n%s", err, plan)
 			}
 		})
 	}
