@@ -57,6 +57,10 @@ type Measurement struct {
 	// Of the broker (java) and the database (postgres) processes, from /proc.
 	BrokerCPUPer10k float64 `json:"broker_cpu_seconds_per_10k"`
 	DBCPUPer10k     float64 `json:"db_cpu_seconds_per_10k"`
+	// For the drain rows, what publishing the N messages before the row cost the host
+	// and the broker, outside the row's own figures (a rate row's figures include it).
+	PublishHostCPUPer10k   float64 `json:"publish_host_cpu_seconds_per_10k,omitempty"`
+	PublishBrokerCPUPer10k float64 `json:"publish_broker_cpu_seconds_per_10k,omitempty"`
 	// PeakRSSBytes is the child's VmHWM; RusageMaxRSSBytes its ru_maxrss, which on
 	// Linux also counts the parent's high-water mark at exec (see selfPeakRSS).
 	PeakRSSBytes      int64    `json:"peak_rss_bytes"`
@@ -91,10 +95,14 @@ type Summary struct {
 	HostCPUPer10k   float64 `json:"host_cpu_seconds_per_10k"`
 	BrokerCPUPer10k float64 `json:"broker_cpu_seconds_per_10k"`
 	DBCPUPer10k     float64 `json:"db_cpu_seconds_per_10k"`
-	PeakRSSBytes    int64   `json:"peak_rss_bytes"` // the largest over the repetitions
-	VsBroker        float64 `json:"vs_broker"`      // median of the per-repetition ratios
-	VsNaive         float64 `json:"vs_naive"`
-	VsIngest        float64 `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
+	// For the drain rows, what publishing the N messages before the row cost the host
+	// and the broker, outside the row's own figures (a rate row's figures include it).
+	PublishHostCPUPer10k   float64 `json:"publish_host_cpu_seconds_per_10k,omitempty"`
+	PublishBrokerCPUPer10k float64 `json:"publish_broker_cpu_seconds_per_10k,omitempty"`
+	PeakRSSBytes           int64   `json:"peak_rss_bytes"` // the largest over the repetitions
+	VsBroker               float64 `json:"vs_broker"`      // median of the per-repetition ratios
+	VsNaive                float64 `json:"vs_naive"`
+	VsIngest               float64 `json:"vs_ingest,omitempty"` // ingest+prune: against the ingest row of the same repetition
 	// InboxdVsThis, for a river row, is inboxd's counterpart (ingest, e2e-max) over it, in
 	// the same repetition.
 	InboxdVsThis  float64  `json:"inboxd_vs_this,omitempty"`
@@ -150,7 +158,7 @@ func summarizeAll(ms []Measurement) []Summary {
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
 		var rate, cpu, host, amq, pg, vsB, vsN, vsI, inboxd []float64
 		var lats, ingLats, claims []Latency
-		var slow []float64
+		var slow, pubHost, pubAmq []float64
 		for i, m := range g {
 			if i == 0 {
 				s.LoadMin, s.LoadMax, s.CalibrationMin, s.CalibrationMax = m.Load, m.Load, m.Calibration, m.Calibration
@@ -162,6 +170,7 @@ func summarizeAll(ms []Measurement) []Summary {
 			host = append(host, m.HostCPUPer10k)
 			amq = append(amq, m.BrokerCPUPer10k)
 			pg = append(pg, m.DBCPUPer10k)
+			pubHost, pubAmq = append(pubHost, m.PublishHostCPUPer10k), append(pubAmq, m.PublishBrokerCPUPer10k)
 			s.PeakRSSBytes = max(s.PeakRSSBytes, m.PeakRSSBytes)
 			if b, ok := baseline(rowBroker, m.Rep, m.N); ok && b.MsgPerSec > 0 {
 				vsB = append(vsB, m.MsgPerSec/b.MsgPerSec)
@@ -201,6 +210,7 @@ func summarizeAll(ms []Measurement) []Summary {
 		}
 		s.MsgPerSec, s.CPUPer10k, s.HostCPUPer10k = median(rate), median(cpu), median(host)
 		s.BrokerCPUPer10k, s.DBCPUPer10k = median(amq), median(pg)
+		s.PublishHostCPUPer10k, s.PublishBrokerCPUPer10k = median(pubHost), median(pubAmq)
 		s.VsBroker, s.VsNaive = median(vsB), median(vsN)
 		if len(vsI) > 0 {
 			s.VsIngest = median(vsI)
@@ -378,6 +388,8 @@ func jsonSafe(rep *Report) *Report {
 		fix(&s.HostCPUPer10k)
 		fix(&s.BrokerCPUPer10k)
 		fix(&s.DBCPUPer10k)
+		fix(&s.PublishHostCPUPer10k)
+		fix(&s.PublishBrokerCPUPer10k)
 		fix(&s.VsBroker)
 		fix(&s.VsNaive)
 		fix(&s.InboxdVsThis)
@@ -386,7 +398,8 @@ func jsonSafe(rep *Report) *Report {
 	c.Measurements = append([]Measurement(nil), rep.Measurements...)
 	for i := range c.Measurements {
 		m := &c.Measurements[i]
-		for _, x := range []*float64{&m.Load, &m.Calibration, &m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k} {
+		for _, x := range []*float64{&m.Load, &m.Calibration, &m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k,
+			&m.PublishHostCPUPer10k, &m.PublishBrokerCPUPer10k} {
 			fix(x)
 		}
 		m.Latency, m.IngestLatency, m.ClaimLatency = fixLat(m.Latency), fixLat(m.IngestLatency), fixLat(m.ClaimLatency)
