@@ -95,7 +95,7 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // a LIMIT is not pulled up into a join, so every plan, a generic one made while the
 // journal was empty included, looks each entry up in journal_pkey and can never
 // hash-join a scan of the whole journal (see sendIngest). CockroachDB runs LATERAL
-// joins (https://www.cockroachlabs.com/docs/stable/joins#lateral-joins).
+// subqueries (https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries).
 // convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
 // (a TEXT::BYTEA cast would interpret backslash escapes);
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
