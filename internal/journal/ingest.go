@@ -91,11 +91,12 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // no PER NODE CACHE, which would give up the cross-node order aggregates rely on.
 // The quarantine table is written by one INSERT only, as CockroachDB refuses two
 // mutations of a table in one statement.
-// The journal is read in one place, existing, and only by key: a LATERAL subquery with
-// a LIMIT is not pulled up into a join, so every plan, a generic one made while the
-// journal was empty included, looks each entry up in journal_pkey and can never
-// hash-join a scan of the whole journal (see sendIngest). CockroachDB runs LATERAL
-// subqueries (https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries).
+// The journal is read in one place, existing, one entry at a time: a LATERAL subquery
+// with a LIMIT is not pulled up into a join, so no plan can hash-join a scan of the
+// whole journal, and with sendIngest's ban on sequential scans each lookup is by
+// journal_pkey, even in a generic plan made while the journal was empty. CockroachDB
+// runs LATERAL subqueries
+// (https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries).
 // convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
 // (a TEXT::BYTEA cast would interpret backslash escapes);
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
