@@ -321,9 +321,14 @@ type ingestConn interface {
 // caches plans its own way and may not know plan_cache_mode, and through a DB it cannot
 // tell the connection of, it is sent unprepared, as before.
 func sendIngest(ctx context.Context, db database.DB, args []any, out ...any) error {
+	unprepared := func(q interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}) error {
+		return q.QueryRow(ctx, ingestSQL, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...).Scan(out...)
+	}
 	run := func(c ingestConn, conn *pgx.Conn) error {
 		if database.DialectOf(conn) != database.PostgreSQL {
-			return c.QueryRow(ctx, ingestSQL, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...).Scan(out...)
+			return unprepared(c)
 		}
 		inTx := conn.PgConn().TxStatus() != 'I' // a caller's transaction
 		b := &pgx.Batch{}
@@ -367,7 +372,7 @@ func sendIngest(ctx context.Context, db database.DB, args []any, out ...any) err
 		defer c.Release()
 		return run(c, c.Conn())
 	}
-	return db.QueryRow(ctx, ingestSQL, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...).Scan(out...)
+	return unprepared(db)
 }
 
 // dedupe collapses repeated ids inside one batch before they reach the database: the

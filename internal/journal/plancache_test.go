@@ -19,10 +19,10 @@ func singleSession(t *testing.T) *pgxpool.Pool {
 
 // Ingest's statement runs from its generic plan, prepared once per connection, and is
 // never planned per batch: at 1,000 msg/s, a batch of a few messages spent 44% of the
-// statement's time planning it. Inside a transaction, plan_cache_mode is the session's
-// again after it. The control statement shows that the check sees what pgx prepares.
-// TestIngestPlanReadsTheJournalByKey shows that plan cannot go stale as the journal
-// grows.
+// statement's time planning it. Inside a transaction, plan_cache_mode and
+// enable_seqscan are the session's again after it. The control statement shows that
+// the check sees what pgx prepares. TestIngestPlanReadsTheJournalByKey shows that the
+// plan cannot go stale as the journal grows.
 func TestIngestRunsFromItsGenericPlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -47,12 +47,12 @@ func TestIngestRunsFromItsGenericPlan(t *testing.T) {
 	if _, err := journal.Ingest(ctx, tx, b); err != nil {
 		t.Fatal(err)
 	}
-	var mode string
-	if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+	var mode, seqscan string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan); err != nil {
 		t.Fatal(err)
 	}
-	if mode != "auto" {
-		t.Errorf("plan_cache_mode after Ingest in a transaction = %q, want auto again", mode)
+	if mode != "auto" || seqscan != "on" {
+		t.Errorf("after Ingest in a transaction plan_cache_mode = %q and enable_seqscan = %q, want auto and on again", mode, seqscan)
 	}
 	plans := func(like string) (n int, generic, custom int64) {
 		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
