@@ -312,8 +312,8 @@ const (
 
 // ingestConn is what the ingest statement is sent on: a connection or a transaction.
 type ingestConn interface {
+	batchSender
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // sendIngest runs ingestSQL with args in one round trip and scans its counts into out.

@@ -207,21 +207,11 @@ func RecordOutcomes(ctx context.Context, tx database.DB, results []Outcome) erro
 // row, its index entry and its statement on almost every event (issue 29); an attempt
 // that failed, was retried at once or was rejected keeps its row and its error.
 func historyOf(results []Outcome) []Outcome {
-	var out []Outcome
-	for i, r := range results {
-		if r.Status == StatusProcessed && r.Runs <= 1 {
-			if out == nil {
-				out = make([]Outcome, 0, len(results)-i)
-				out = append(out, results[:i]...)
-			}
-			continue
-		}
-		if out != nil {
+	var out []Outcome // nil, with nothing allocated, in the common case
+	for _, r := range results {
+		if r.Status != StatusProcessed || r.Runs > 1 {
 			out = append(out, r)
 		}
-	}
-	if out == nil {
-		return results
 	}
 	return out
 }
