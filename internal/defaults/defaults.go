@@ -87,6 +87,20 @@ const (
 	CommitTimeout = 30 * time.Second
 )
 
+// The command line's garbage collector, set when the process starts unless the
+// operator's GOGC or GOMEMLIMIT says otherwise (package gctune). The library leaves a
+// host program's collector alone.
+const (
+	// GCPercent is GOGC: the heap may grow to 5× what is live before a collection.
+	// Go's default of 100 spent 0.21 CPU s per 10k events in the ingest row against
+	// 0.15 with 400 (inboxd bench, alternated, same run).
+	GCPercent = 400
+	// MemoryLimit is GOMEMLIMIT, the soft limit that makes the collector run sooner as
+	// the heap nears it, so that a burst does not grow the heap 5×. It is lowered to
+	// three quarters of the cgroup's memory limit when that is smaller.
+	MemoryLimit = 512 << 20
+)
+
 // Processing and its recoverability policy.
 const (
 	ImmediateRetries = 2

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxd/inboxd"
 	"github.com/inboxd/inboxd/internal/cli"
+	"github.com/inboxd/inboxd/internal/gctune"
 )
 
 // registered is what Register and RunOnDead said, in order, for "serve"'s Client.
@@ -41,7 +42,12 @@ func RunOnDead(eventType string) {
 }
 
 // Main runs the inboxd command line with os.Args and returns the exit code.
+//
+// It sets the process's garbage collector first (GOGC 400 and a soft memory limit of
+// 512 MiB, or three quarters of the container's limit if lower), unless the
+// environment's GOGC or GOMEMLIMIT says otherwise: see README "Configuration".
 func Main() int {
+	gctune.Apply(gctune.Decide(os.Getenv, os.ReadFile))
 	return cli.Main(os.Args[1:], os.Stdout, os.Stderr, cli.Options{Handle: handle})
 }
 
