@@ -192,8 +192,8 @@ func cloudEvent(fields map[string]json.RawMessage) (id, typ, subject string, err
 		if !ok || string(raw) == "null" {
 			return "", &Invalid{missing, fmt.Sprintf("CloudEvent has no %q attribute (REQUIRED)", name)}
 		}
-		var s string
-		if json.Unmarshal(raw, &s) != nil || s == "" {
+		s, err := unquote(raw)
+		if err != nil || s == "" {
 			reason := ReasonInvalidAttribute
 			if name == "id" {
 				reason = ReasonInvalidID

@@ -117,12 +117,11 @@ func Decode(body []byte, header func(string) string, opts Options) (Event, error
 	if bytes.Contains(body, []byte(`\u0000`)) && containsNUL(body) {
 		return Event{}, &Invalid{ReasonNotJSON, `body contains \u0000, which JSONB cannot store`}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return Event{}, &Invalid{ReasonNotObject, "body is JSON but not an object"}
-		}
+	fields, err := topLevelFields(body)
+	if errors.Is(err, errNotObject) {
+		return Event{}, &Invalid{ReasonNotObject, "body is JSON but not an object"}
+	}
+	if err != nil {
 		return Event{}, &Invalid{ReasonNotJSON, "body is not JSON: " + err.Error()}
 	}
 	if fields == nil {
@@ -238,8 +237,8 @@ func eventID(fields map[string]json.RawMessage, header func(string) string, src 
 	if !ok {
 		return "", &Invalid{ReasonMissingID, fmt.Sprintf("payload has no %q field", Truncate(name, 64))}
 	}
-	var id string
-	if err := json.Unmarshal(raw, &id); err != nil {
+	id, err := unquote(raw)
+	if err != nil {
 		return "", &Invalid{ReasonInvalidID, fmt.Sprintf("%q must be a string, got %s", Truncate(name, 64), Truncate(string(raw), 64))}
 	}
 	if err := checkKey(id, fmt.Sprintf("%q", Truncate(name, 64))); err != nil {
@@ -253,8 +252,8 @@ func stringField(fields map[string]json.RawMessage, name string) string {
 	if !ok {
 		return ""
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
+	s, err := unquote(raw)
+	if err != nil {
 		return ""
 	}
 	return s
