@@ -13,7 +13,7 @@ import (
 	"github.com/inboxd/inboxd/internal/defaults"
 )
 
-// Settings are what Apply decided; a zero field was left to the environment.
+// Settings are what Decide chose for Apply; a zero field is left to the environment.
 type Settings struct {
 	GCPercent   int   // 0: GOGC was set
 	MemoryLimit int64 // 0: GOMEMLIMIT was set

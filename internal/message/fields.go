@@ -14,10 +14,10 @@ var errNotObject = errors.New("JSON but not an object")
 // validates the whole document once (json.Valid) and then slices each member's value
 // out of body (values alias body, which the event keeps as its payload), instead of
 // decoding it a second time and copying every value. What it returns is the same as
-// Unmarshal's: nil for JSON null, the last of repeated keys, keys unquoted by
-// encoding/json itself whenever they hold an escape or invalid UTF-8 (FuzzTopLevelFields checks it
-// against Unmarshal). Invalid JSON returns Unmarshal's own error, and valid JSON that
-// is not an object errNotObject.
+// Unmarshal's (FuzzTopLevelFields checks it against Unmarshal): nil for JSON null, the
+// last of repeated keys, and keys unquoted by encoding/json itself whenever they hold
+// an escape or invalid UTF-8. Invalid JSON returns Unmarshal's own error, and valid
+// JSON that is not an object errNotObject.
 func topLevelFields(body []byte) (map[string]json.RawMessage, error) {
 	if !json.Valid(body) {
 		var fields map[string]json.RawMessage
