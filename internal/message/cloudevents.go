@@ -227,7 +227,8 @@ func cloudEvent(fields map[string]json.RawMessage) (id, typ, subject string, err
 		return "", "", "", &Invalid{ReasonInvalidAttribute, err.(*Invalid).Detail}
 	}
 	if raw, ok := fields["subject"]; ok && string(raw) != "null" {
-		if json.Unmarshal(raw, &subject) != nil {
+		var err error
+		if subject, err = unquote(raw); err != nil {
 			return "", "", "", &Invalid{ReasonInvalidAttribute, fmt.Sprintf("CloudEvent attribute \"subject\" must be a string, got %s", Truncate(string(raw), 64))}
 		}
 	}

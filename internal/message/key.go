@@ -134,8 +134,8 @@ func EventKey(payload []byte, src IDSource) string {
 		_ = json.Unmarshal(p.ID, &id)
 		return id
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(payload, &fields) != nil {
+	fields, err := topLevelFields(payload)
+	if err != nil {
 		return ""
 	}
 	if _, ce := fields["specversion"]; ce {
