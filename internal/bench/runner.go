@@ -238,7 +238,11 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	if wal1, err := r.walWritten(ctx, db); err == nil && walErr == nil {
 		m.Note = wal1.since(wal0).per(n) + m.Note
 	}
-	m.Note = fmt.Sprintf("publishing them first: host %.2f, broker %.2f CPU s/10k; %s", m.PublishHostCPUPer10k, m.PublishBrokerCPUPer10k, m.Note)
+	published := fmt.Sprintf("publishing them first: host %.2f, broker %.2f CPU s/10k", m.PublishHostCPUPer10k, m.PublishBrokerCPUPer10k)
+	if m.Note != "" {
+		published += "; "
+	}
+	m.Note = published + m.Note
 	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
 	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s %s",
 		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
