@@ -68,7 +68,7 @@ func CheckBodyBound(maxBody, maxStatement int) error {
 // entryBytes estimates what one entry adds to an ingest statement.
 func entryBytes(e Entry) int {
 	return sqlbound.Value(len(e.Event.Payload)) + sqlbound.Value(len(e.Event.EventType)) +
-		sqlbound.Value(len(e.Event.AggregateID)) + sqlbound.Value(len(e.Destination)) + 2*sqlbound.Value(36) + // conflict id, id
+		sqlbound.Value(len(e.Event.AggregateID)) + sqlbound.Value(len(e.Destination)) + 2*sqlbound.Value(36) + // id, and the conflict id racedSQL may carry
 		sqlbound.Value(len(e.TraceContext))
 }
 

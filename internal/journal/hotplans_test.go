@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -129,7 +130,7 @@ func TestIngestPlanReadsTheJournalByKey(t *testing.T) {
 	args := []any{
 		texts(`{"id":"`+ids[0]+`"}`, `{"id":"`+ids[1]+`"}`), texts("a", "a"), texts("agg-1", "agg-2"), texts("/queue/q", "/queue/q"),
 		[]string{}, []string{}, []string{}, []string{}, []string{}, []string{}, [][]byte{}, []string{},
-		texts("6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b01", "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b02"), ids, texts("", ""),
+		ids, texts("", ""),
 	}
 	params := make([]string, len(args))
 	for i := range args {
@@ -166,12 +167,88 @@ func TestIngestPlanReadsTheJournalByKey(t *testing.T) {
 			}
 			plan := strings.Join(lines, "\n")
 			err = checkPlan(plan, []string{"journal_pkey"}, false)
-			if err == nil && !strings.Contains(plan, "Index Cond: (id = i.id)") {
+			if err == nil && !strings.Contains(plan, "Index Cond: (id = s.id)") {
 				err = fmt.Errorf("does not look each entry up by key") // a whole index read would not either
 			}
 			if err != nil {
 				t.Errorf("generic plan: %v\n%s", err, plan)
 			}
 		})
+	}
+}
+
+// Ingest reads the journal only for the entries its insert skipped (issue 29): a batch
+// of new events costs no lookup, and each duplicate one, by key. Before, every entry was
+// looked up, new or not.
+func TestIngestLooksUpOnlyTheEntriesItSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.NewDB(t).Pool
+	entry := func(i int) Entry {
+		body := fmt.Sprintf(`{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f%04d"}`, i)
+		ev, err := message.Decode([]byte(body), func(string) string { return "" }, message.Options{DefaultEventType: "a"})
+		if err != nil {
+			t.Fatalf("decoding %s: %v", body, err)
+		}
+		return Entry{Event: ev, Destination: "/queue/q"}
+	}
+	first := Batch{}
+	for i := range 3 {
+		first.Entries = append(first.Entries, entry(i))
+	}
+	if _, err := Ingest(ctx, pool, first); err != nil {
+		t.Fatal(err)
+	}
+	ids, payloads, empty := []string{}, []string{}, []string{}
+	for i := range 10 { // 0–2 journaled already, 3–9 new
+		e := entry(i)
+		ids, payloads, empty = append(ids, e.Event.ID), append(payloads, string(e.Event.Payload)), append(empty, "")
+	}
+	texts := func(s string) []string {
+		out := make([]string, len(ids))
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}
+	args := []any{payloads, texts("a"), texts("agg"), texts("/queue/q"),
+		[]string{}, []string{}, []string{}, []string{}, []string{}, []string{}, [][]byte{}, []string{}, ids, empty}
+	params := make([]string, len(args))
+	for i := range args {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, set := range []string{genericPlanSQL, noSeqScanSQL} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "PREPARE ingest_counted AS "+ingestSQL); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) EXECUTE ingest_counted("+strings.Join(params, ", ")+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	lookups := 0
+	for _, l := range lines {
+		if strings.Contains(l, "using journal_pkey on journal j") {
+			if _, err := fmt.Sscanf(l[strings.LastIndex(l, "loops=")+len("loops="):], "%d", &lookups); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+		}
+	}
+	if lookups != 3 {
+		t.Errorf("the journal was looked up %d times, want 3 (the duplicates only)\n%s", lookups, plan)
 	}
 }

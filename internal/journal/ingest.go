@@ -71,11 +71,13 @@ const SequenceBlock = 65536
 var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one sequence block", SequenceBlock)
 
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
-// one round trip: new journal rows, quarantined messages, and id conflicts (an id already
-// journaled with another payload). The journal keeps the first payload; the conflict goes
-// to quarantine. A conflict is found by comparing with rows that existed before the
-// statement; a row this statement inserts has the same payload, so it never looks like one
-// whatever snapshot the database gives the CTEs.
+// one round trip: new journal rows and quarantined messages. It returns the arrival
+// ordinals of the entries it neither inserted nor found journaled with the same payload:
+// id conflicts (an id already journaled with another payload) and rows another
+// transaction inserted while it ran; racedSQL judges those in a second statement. Most
+// batches have none, so an entry's conflict quarantine id (a SHA-256) is computed only
+// for them, and the journal is read only for the entries the insert skipped: a
+// duplicate costs a lookup, a new entry none (issue 29).
 //
 // Rows are inserted in id order, so that two batches written at once lock the ids they
 // share in the same order and cannot deadlock. Their sequence numbers come from arrival
@@ -89,27 +91,22 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // MATERIALIZED evaluates the draw once on both databases
 // (https://www.cockroachlabs.com/docs/stable/common-table-expressions). The sequence has
 // no PER NODE CACHE, which would give up the cross-node order aggregates rely on.
-// The quarantine table is written by one INSERT only, as CockroachDB refuses two
-// mutations of a table in one statement.
-// The journal is read in one place, existing, one entry at a time: a LATERAL subquery
+// The journal is read in one place, skipped, one entry at a time: a LATERAL subquery
 // with a LIMIT is not pulled up into a join, so no plan can hash-join a scan of the
 // whole journal, and with sendIngest's ban on sequential scans each lookup is by
 // journal_pkey, even in a generic plan made while the journal was empty. CockroachDB
 // runs LATERAL subqueries
-// (https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries).
-// convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
-// (a TEXT::BYTEA cast would interpret backslash escapes);
-// https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
+// (https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries) and lets a
+// statement read what its data-modifying CTE returns
+// (https://www.cockroachlabs.com/docs/stable/common-table-expressions#data-modifying-statements).
+// Whichever snapshot a database gives that read, an entry it does not show with the same
+// payload goes to racedSQL, which reads the journal anew.
 const ingestSQL = `
 WITH input AS (
-	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.conflict_id::UUID AS conflict_id, t.ord,
+	SELECT t.id::UUID AS id, t.raw::JSONB AS payload, t.event_type, t.aggregate_id, t.tag, t.ord,
 	       NULLIF(t.trace_context, '')::JSONB AS trace_context
-	FROM unnest($14::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $13::TEXT[], $15::TEXT[])
-	     WITH ORDINALITY AS t(id, raw, event_type, aggregate_id, tag, conflict_id, trace_context, ord)
-),
-existing AS (
-	SELECT e.id, e.payload FROM input AS i
-	CROSS JOIN LATERAL (SELECT j.id, j.payload FROM journal AS j WHERE j.id = i.id LIMIT 1) AS e
+	FROM unnest($13::TEXT[], $1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $14::TEXT[])
+	     WITH ORDINALITY AS t(id, raw, event_type, aggregate_id, tag, trace_context, ord)
 ),
 block AS MATERIALIZED (
 	SELECT nextval('journal_sequence_no') AS first_seq
@@ -120,6 +117,14 @@ ins AS (
 	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id
+),
+skipped AS (
+	SELECT i.id, i.ord, i.payload FROM input AS i WHERE i.id NOT IN (SELECT id FROM ins)
+),
+same AS (
+	SELECT s.ord FROM skipped AS s
+	CROSS JOIN LATERAL (SELECT j.payload FROM journal AS j WHERE j.id = s.id LIMIT 1) AS e
+	WHERE e.payload = s.payload
 ),
 heads AS (
 	-- The head of each aggregate that had none; see heads.go. DO UPDATE rather than DO
@@ -137,39 +142,30 @@ heads AS (
 	WHERE excluded.head_seq < aggregate_head.head_seq AND NOT aggregate_head.parked
 	RETURNING 1
 ),
-bad AS (
-	SELECT b.id::UUID AS id, b.reason, b.detail, b.destination, b.message_id, b.headers::JSONB AS headers,
-	       b.body, NULLIF(b.event_id, '')::UUID AS event_id, false AS found_here
-	FROM unnest($5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[], $12::TEXT[])
-	     AS b(id, reason, detail, destination, message_id, headers, body, event_id)
-	UNION ALL
-	SELECT i.id, i.reason, i.detail, i.destination, '', '{}'::JSONB, i.body, i.event_id, true
-	FROM (
-		SELECT input.conflict_id AS id, 'id_conflict' AS reason,
-		       'id already journaled with a different payload; the journal keeps the first' AS detail,
-		       input.tag AS destination, convert_to(input.raw, 'UTF8') AS body, e.id AS event_id
-		FROM input JOIN existing AS e ON e.id = input.id
-		WHERE e.payload <> input.payload
-	) AS i
-),
 q AS (
 	INSERT INTO quarantine (id, reason, detail, destination, message_id, headers, body, event_id)
-	SELECT id, reason, detail, destination, message_id, headers, body, event_id FROM bad ORDER BY id
+	SELECT b.id::UUID, b.reason, b.detail, b.destination, b.message_id, b.headers::JSONB, b.body, NULLIF(b.event_id, '')::UUID
+	FROM unnest($5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[], $12::TEXT[])
+	     AS b(id, reason, detail, destination, message_id, headers, body, event_id)
+	ORDER BY b.id
 	ON CONFLICT (id) DO UPDATE SET reinjected_at = NULL, received_at = now()
 	    WHERE quarantine.reinjected_at IS NOT NULL -- re-injected, and bad again
 	RETURNING reason
 )
 SELECT (SELECT count(*) FROM ins),
-       (SELECT count(*) FROM bad WHERE found_here),
        (SELECT count(*) FROM q),
-       ARRAY(SELECT i.ord FROM input AS i
-             WHERE i.id NOT IN (SELECT id FROM ins)
-               AND i.id NOT IN (SELECT id FROM existing))`
+       ARRAY(SELECT s.ord FROM skipped AS s WHERE s.ord NOT IN (SELECT ord FROM same) ORDER BY s.ord)`
 
-// racedSQL settles the entries ingestSQL could not judge: rows another transaction
-// inserted while the statement ran (it waited for them, then did nothing), which its
-// snapshot did not show. A new statement sees them committed, so a different payload is
-// recorded as an id_conflict here. It is idempotent, like the rest of the batch.
+// racedSQL settles the entries ingestSQL could not judge: id conflicts, and rows another
+// transaction inserted while the statement ran (it waited for them, then did nothing),
+// which its snapshot did not show. A new statement sees them committed, so a different
+// payload is recorded as an id_conflict here, in a transaction of its own: should the
+// process stop in between, the message is not acknowledged, and its redelivery finds
+// the conflict again. It is idempotent, like the rest of the batch, and quarantines a
+// re-injected conflict again as ingestSQL does any re-injected bad message.
+// convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
+// (a TEXT::BYTEA cast would interpret backslash escapes);
+// https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
 const racedSQL = `
 WITH raced AS (
 	SELECT t.id::UUID AS id, t.raw, t.raw::JSONB AS payload, t.tag, t.conflict_id::UUID AS conflict_id
@@ -184,7 +180,8 @@ q AS (
 	SELECT conflict_id, 'id_conflict', 'id already journaled with a different payload; the journal keeps the first',
 	       tag, convert_to(raw, 'UTF8'), event_id
 	FROM differs ORDER BY conflict_id
-	ON CONFLICT (id) DO NOTHING
+	ON CONFLICT (id) DO UPDATE SET reinjected_at = NULL, received_at = now()
+	    WHERE quarantine.reinjected_at IS NOT NULL -- re-injected, and a conflict again
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM differs), (SELECT count(*) FROM q)`
@@ -224,13 +221,11 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 	types := make([]string, len(entries))
 	aggs := make([]string, len(entries))
 	tags := make([]string, len(entries))
-	conflictIDs := make([]string, len(entries))
 	ids := make([]string, len(entries))
 	traces := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.Event.ID
 		traces[i] = e.TraceContext
-		conflictIDs[i] = message.QuarantineID(message.ReasonIDConflict, e.Destination, e.Event.Payload)
 		payloads[i] = string(e.Event.Payload)
 		types[i] = e.Event.EventType
 		aggs[i] = e.Event.AggregateID
@@ -263,9 +258,9 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 	var res Result
 	var inserted, conflicts, quarantined int64
 	var raced []int64
-	args := []any{payloads, types, aggs, tags, badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, conflictIDs, ids, traces}
+	args := []any{payloads, types, aggs, tags, badIDs, reasons, details, dests, msgIDs, headers, bodies, eventIDs, ids, traces}
 	err := retrySerialization(ctx, func() error {
-		return sendIngest(ctx, db, args, &inserted, &conflicts, &quarantined, &raced)
+		return sendIngest(ctx, db, args, &inserted, &quarantined, &raced)
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("inserting batch of %d entries and %d bad messages: %w", len(entries), len(bad), err)
@@ -273,13 +268,14 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 	if len(raced) > 0 {
 		raws, rtags, rconf, rids := make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced)), make([]string, len(raced))
 		for i, ord := range raced { // ord is 1-based (WITH ORDINALITY)
-			raws[i], rtags[i], rconf[i], rids[i] = payloads[ord-1], tags[ord-1], conflictIDs[ord-1], ids[ord-1]
+			e := entries[ord-1]
+			raws[i], rtags[i], rids[i] = payloads[ord-1], tags[ord-1], ids[ord-1]
+			rconf[i] = message.QuarantineID(message.ReasonIDConflict, e.Destination, e.Event.Payload)
 		}
-		var more, moreQ int64
-		if err := db.QueryRow(ctx, racedSQL, raws, rtags, rconf, rids).Scan(&more, &moreQ); err != nil {
-			return Result{}, fmt.Errorf("checking %d entries inserted concurrently elsewhere: %w", len(raced), err)
+		var moreQ int64
+		if err := db.QueryRow(ctx, racedSQL, raws, rtags, rconf, rids).Scan(&conflicts, &moreQ); err != nil {
+			return Result{}, fmt.Errorf("checking %d entries journaled with another payload or concurrently elsewhere: %w", len(raced), err)
 		}
-		conflicts += more
 		quarantined += moreQ
 	}
 	res.Inserted = int(inserted)
@@ -295,7 +291,7 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 // a handful of messages (pg_stat_statements, issue 29), and on its own PostgreSQL keeps
 // planning it, since a custom plan for a few rows is estimated cheaper than a generic
 // one. That plan is made once per connection and kept while the journal grows, so it
-// must not depend on the journal's size: existing looks each entry up by key (see
+// must not depend on the journal's size: skipped looks each entry up by key (see
 // ingestSQL), and with sequential scans off the lookup is an index scan even when the
 // plan is made on an empty journal, which PostgreSQL would otherwise scan once per
 // entry (TestIngestPlanReadsTheJournalByKey). No other table of the statement is read

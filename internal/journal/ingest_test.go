@@ -269,3 +269,41 @@ func TestIngestRequarantinesReinjectedMessage(t *testing.T) {
 		t.Errorf("redelivery: %+v, %v; want nothing new", res, err)
 	}
 }
+
+// An id conflict is quarantined once per redelivery of the same message, and again,
+// visibly, when the operator re-injects it and it still conflicts.
+func TestIngestRequarantinesReinjectedConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	const id = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0c01"
+	if _, err := journal.Ingest(ctx, db.Pool, journal.Batch{Entries: []journal.Entry{entry(t, `{"id":"`+id+`","v":1}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	conflicting := journal.Batch{Entries: []journal.Entry{entry(t, `{"id":"`+id+`","v":2}`), entry(t, `{"id":"6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0c02"}`)}}
+	for _, step := range []struct {
+		name                   string
+		reinject               bool
+		conflicts, quarantined int
+	}{
+		{"first delivery", false, 1, 1},
+		{"redelivery", false, 1, 0},
+		{"re-injected", true, 1, 1},
+	} {
+		if step.reinject {
+			if _, err := db.Pool.Exec(ctx, `UPDATE quarantine SET reinjected_at = now()`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := journal.Ingest(ctx, db.Pool, conflicting)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if res.Conflicts != step.conflicts || res.Quarantined != step.quarantined {
+			t.Errorf("%s: %+v, want %d conflicts and %d quarantined", step.name, res, step.conflicts, step.quarantined)
+		}
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM quarantine WHERE reason = 'id_conflict' AND event_id = '`+id+`' AND reinjected_at IS NULL`); n != 1 {
+		t.Errorf("%d visible id_conflict rows, want 1", n)
+	}
+}
