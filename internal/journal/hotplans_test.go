@@ -132,41 +132,14 @@ func TestIngestPlanReadsTheJournalByKey(t *testing.T) {
 		[]string{}, []string{}, []string{}, []string{}, []string{}, []string{}, [][]byte{}, []string{},
 		ids, texts("", ""),
 	}
-	params := make([]string, len(args))
-	for i := range args {
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
 	empty := testenv.NewDB(t).Pool
 	if _, err := empty.Exec(ctx, `ANALYZE journal`); err != nil {
 		t.Fatal(err)
 	}
 	for name, pool := range map[string]*pgxpool.Pool{"empty journal": empty, "30,000 entries": plannedJournal(t)} {
 		t.Run(name, func(t *testing.T) {
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			for _, set := range []string{genericPlanSQL, noSeqScanSQL} {
-				if _, err := tx.Exec(ctx, set); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := tx.Exec(ctx, "PREPARE ingest_planned AS "+ingestSQL); err != nil {
-				t.Fatal(err)
-			}
-			// The simple protocol writes the arguments into the text, as EXPLAIN EXECUTE needs.
-			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE ingest_planned("+strings.Join(params, ", ")+")",
-				append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan := strings.Join(lines, "\n")
-			err = checkPlan(plan, []string{"journal_pkey"}, false)
+			plan := strings.Join(explainIngest(t, pool, "", args), "\n")
+			err := checkPlan(plan, []string{"journal_pkey"}, false)
 			if err == nil && !strings.Contains(plan, "Index Cond: (id = s.id)") {
 				err = fmt.Errorf("does not look each entry up by key") // a whole index read would not either
 			}
@@ -213,32 +186,7 @@ func TestIngestLooksUpOnlyTheEntriesItSkipped(t *testing.T) {
 	}
 	args := []any{payloads, texts("a"), texts("agg"), texts("/queue/q"),
 		[]string{}, []string{}, []string{}, []string{}, []string{}, []string{}, [][]byte{}, []string{}, ids, empty}
-	params := make([]string, len(args))
-	for i := range args {
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, set := range []string{genericPlanSQL, noSeqScanSQL} {
-		if _, err := tx.Exec(ctx, set); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tx.Exec(ctx, "PREPARE ingest_counted AS "+ingestSQL); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) EXECUTE ingest_counted("+strings.Join(params, ", ")+")",
-		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	lines := explainIngest(t, pool, "(ANALYZE, TIMING OFF, COSTS OFF)", args)
 	plan := strings.Join(lines, "\n")
 	lookups := 0
 	for _, l := range lines {
@@ -251,4 +199,40 @@ func TestIngestLooksUpOnlyTheEntriesItSkipped(t *testing.T) {
 	if lookups != 3 {
 		t.Errorf("the journal was looked up %d times, want 3 (the duplicates only)\n%s", lookups, plan)
 	}
+}
+
+// explainIngest EXPLAINs ingestSQL with args and options ("" or "(ANALYZE, …)") as
+// sendIngest runs it, from a generic plan with sequential scans off, in a transaction
+// rolled back afterwards, and returns the plan's lines.
+func explainIngest(t *testing.T, pool *pgxpool.Pool, options string, args []any) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, set := range []string{genericPlanSQL, noSeqScanSQL} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "PREPARE ingest_explained AS "+ingestSQL); err != nil {
+		t.Fatal(err)
+	}
+	params := make([]string, len(args))
+	for i := range args {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	// The simple protocol writes the arguments into the text, as EXPLAIN EXECUTE needs.
+	rows, err := tx.Query(ctx, "EXPLAIN "+options+" EXECUTE ingest_explained("+strings.Join(params, ", ")+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }
