@@ -91,7 +91,7 @@ var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one seq
 // MATERIALIZED evaluates the draw once on both databases
 // (https://www.cockroachlabs.com/docs/stable/common-table-expressions). The sequence has
 // no PER NODE CACHE, which would give up the cross-node order aggregates rely on.
-// The journal is read in one place, skipped, one entry at a time: a LATERAL subquery
+// The journal is read in one place, same, one skipped entry at a time: a LATERAL subquery
 // with a LIMIT is not pulled up into a join, so no plan can hash-join a scan of the
 // whole journal, and with sendIngest's ban on sequential scans each lookup is by
 // journal_pkey, even in a generic plan made while the journal was empty. CockroachDB
@@ -162,7 +162,9 @@ SELECT (SELECT count(*) FROM ins),
 // payload is recorded as an id_conflict here, in a transaction of its own: should the
 // process stop in between, the message is not acknowledged, and its redelivery finds
 // the conflict again. It is idempotent, like the rest of the batch, and quarantines a
-// re-injected conflict again as ingestSQL does any re-injected bad message.
+// re-injected conflict again as ingestSQL does any re-injected bad message. An error
+// here fails ingest like one of ingestSQL's, so a value the database refuses is isolated
+// the same way (ingestIsolating).
 // convert_to(text, 'UTF8') turns the raw body text back into bytes on both databases
 // (a TEXT::BYTEA cast would interpret backslash escapes);
 // https://www.cockroachlabs.com/docs/stable/functions-and-operators#string-and-byte-functions
@@ -291,7 +293,7 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 // a handful of messages (pg_stat_statements, issue 29), and on its own PostgreSQL keeps
 // planning it, since a custom plan for a few rows is estimated cheaper than a generic
 // one. That plan is made once per connection and kept while the journal grows, so it
-// must not depend on the journal's size: skipped looks each entry up by key (see
+// must not depend on the journal's size: same looks each skipped entry up by key (see
 // ingestSQL), and with sequential scans off the lookup is an index scan even when the
 // plan is made on an empty journal, which PostgreSQL would otherwise scan once per
 // entry (TestIngestPlanReadsTheJournalByKey). No other table of the statement is read
