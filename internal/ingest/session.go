@@ -202,7 +202,7 @@ func (se *session) shutdown(cur *batch) (bool, error) {
 		abort = time.AfterFunc(d, se.conn.Abort)
 	}
 	var errs []error
-	if err := se.sub.Unsubscribe(); err != nil && !errors.Is(err, stomp.ErrCompletedSubscription) {
+	if err := se.unsubscribe(); err != nil && !errors.Is(err, stomp.ErrCompletedSubscription) {
 		errs = append(errs, fmt.Errorf("unsubscribing: %w", err))
 	}
 	if err := se.conn.Close(); err != nil {
@@ -217,6 +217,30 @@ func (se *session) shutdown(cur *batch) (bool, error) {
 	}
 	se.log.Info("unsubscribed and disconnected")
 	return true, errors.Join(errs...)
+}
+
+// unsubscribe sends UNSUBSCRIBE and returns once the subscription has ended: when
+// go-stomp's Unsubscribe returns, or when the subscription's channel closes, whichever
+// comes first. go-stomp's Unsubscribe can miss the wakeup of its own receipt (v3.1.5,
+// subscription.go: its waiter is a goroutine that may begin waiting on the condition
+// after closeChannel broadcast, which does not take the condition's lock); it then waits
+// out its whole receipt timeout, and dropping the connection does not end it. The
+// channel's close (the reader's end) is the receipt's, or the dropped connection's
+// (StopTimeout), so the stop stays bounded; the call left behind ends with go-stomp's
+// timeout, its waiter never (testenv's leak check ignores it, and says why).
+func (se *session) unsubscribe() error {
+	unsubscribe := func(sub *stomp.Subscription) error { return sub.Unsubscribe() }
+	if h := se.hooks.unsubscribe; h != nil {
+		unsubscribe = h
+	}
+	done := make(chan error, 1)
+	go func() { done <- unsubscribe(se.sub) }()
+	select {
+	case err := <-done:
+		return err
+	case <-se.readerDone:
+		return nil
+	}
 }
 
 // abandon ends the session by dropping the connection without acking anything more:

@@ -92,6 +92,8 @@ type hooks struct {
 	afterIngest     func(ctx context.Context, destination string, res journal.Result)
 	// skipped runs when a batch is not written because an earlier write failed.
 	skipped func(destination string, b *batch)
+	// unsubscribe, when set, is called instead of sub.Unsubscribe at a session's end.
+	unsubscribe func(sub *stomp.Subscription) error
 }
 
 // CommitError is the error of a session that ended because journal.Ingest failed.

@@ -18,8 +18,9 @@ var leakIgnores = []goleak.Option{
 	// reads its channel forever, and closing the listener ends only its accept loop.
 	goleak.IgnoreTopFunction("github.com/go-stomp/stomp/v3/server.(*requestProcessor).Serve"),
 	// go-stomp's Subscription.Unsubscribe waits for its receipt in a goroutine; when the
-	// receipt times out (a loaded broker), that goroutine waits on the subscription's
-	// condition forever (waitWithTimeout, subscription.go).
+	// receipt times out (a loaded broker), or its broadcast came before that goroutine
+	// began to wait (a missed wakeup: see ingest's session.unsubscribe), that goroutine
+	// waits on the subscription's condition forever (waitWithTimeout, subscription.go).
 	goleak.IgnoreAnyFunction("github.com/go-stomp/stomp/v3.waitWithTimeout.func1"),
 	// go-stomp's readLoop hands each frame to the connection's processing loop through a
 	// buffered channel and never stops sending: once a connection is disconnected with
