@@ -6,7 +6,6 @@ import (
 
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
-	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
@@ -25,11 +24,7 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	entries := make([]journal.Entry, len(bodies))
 	for i, body := range bodies {
-		ev, err := message.Decode(body, func(string) string { return "" }, message.Options{})
-		if err != nil {
-			b.Fatalf("decoding %s: %v", body, err)
-		}
-		entries[i] = journal.Entry{Event: ev, Destination: "/queue/bench"}
+		entries[i] = entry(b, string(body))
 	}
 	b.ResetTimer()
 	for i := range b.N {

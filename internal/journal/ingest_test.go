@@ -13,7 +13,7 @@ import (
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
-func entry(t *testing.T, body string) journal.Entry {
+func entry(t testing.TB, body string) journal.Entry {
 	t.Helper()
 	ev, err := message.Decode([]byte(body), func(string) string { return "" }, message.Options{DefaultEventType: "registration"})
 	if err != nil {
