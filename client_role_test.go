@@ -273,6 +273,19 @@ func TestRunChecksTheSchemaVersion(t *testing.T) {
 			t.Fatalf("Run on a schema ahead by a contracting migration: %v, want ErrSchemaAhead naming 9002", err)
 		}
 	})
+	// With MigrateAtStart, Run checks the schema after migrating, as without: a newer
+	// release's contracting migration, which Migrate skips as unknown, is refused.
+	t.Run("ahead, migrate at start", func(t *testing.T) {
+		db := testenv.NewDB(t)
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, serves_from) VALUES (9002, '9002_contract.sql', 9002)`); err != nil {
+			t.Fatal(err)
+		}
+		cfg := base
+		cfg.MigrateAtStart = true
+		if err := run(t, db.Pool, cfg); !errors.Is(err, schema.ErrSchemaAhead) || !strings.Contains(err.Error(), "9002") {
+			t.Fatalf("Run with MigrateAtStart on a schema ahead by a contracting migration: %v, want ErrSchemaAhead naming 9002", err)
+		}
+	})
 }
 
 // The upgrade from the oldest journal, written before migration 0007 (no aggregate

@@ -6,3 +6,6 @@ var (
 	PickAggregatesSQL = pickAggregatesSQL
 	LockHeadsSQL      = lockHeadsSQL
 )
+
+// CRDBRowEstimateSQL is CockroachDB's estimate of the journal's rows (stats.go).
+var CRDBRowEstimateSQL = crdbRowEstimateSQL
