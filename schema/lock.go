@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +25,8 @@ const advisoryKey int64 = 0x696e626f7864
 
 // withLock runs fn on a connection of its own while this process holds the migration
 // lock, so that one migrator at a time reads schema_migrations and applies what is
-// missing.
+// missing. fn gets the lease's holder on CockroachDB ("" on PostgreSQL), with which
+// each migration is recorded (recordSQL).
 //
 //   - PostgreSQL: a session-level advisory lock (pg_advisory_lock) on that connection,
 //     released by pg_advisory_unlock, or by the server when the session ends, so that a
@@ -34,15 +37,17 @@ const advisoryKey int64 = 0x696e626f7864
 //     transactions, one statement each, not atomically inside an explicit one
 //     (https://www.cockroachlabs.com/docs/v24.1/online-schema-changes, "Schema changes
 //     within transactions" under Limitations). So a migrator holds a lease row instead
-//     (leaseLock), which it renews while it migrates and which expires if it dies.
-func withLock(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, *pgxpool.Conn) error) error {
+//     (withLease), which it renews while it migrates and which expires if it dies.
+func withLock(ctx context.Context, pool *pgxpool.Pool, fn func(ctx context.Context, conn *pgxpool.Conn, holder string) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to migrate: %w", err)
 	}
 	defer conn.Release()
 	if database.DialectOf(conn.Conn()) == database.CockroachDB {
-		return withLease(ctx, pool, defaults.MigrationLease, func(ctx context.Context) error { return fn(ctx, conn) })
+		lc := leaseConfigOf(pool, defaults.MigrationLease)
+		lc.jobs = schemaChangeJobs
+		return withLease(ctx, lc, func(ctx context.Context, holder string) error { return fn(ctx, conn, holder) })
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, advisoryKey); err != nil {
 		return fmt.Errorf("taking the migration lock: %w", err)
@@ -55,7 +60,7 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, 
 			_ = conn.Conn().Close(uctx)
 		}
 	}()
-	return fn(ctx, conn)
+	return fn(ctx, conn, "")
 }
 
 // The lease row of CockroachDB's migration lock (one row, named migrate), in one place.
@@ -71,21 +76,137 @@ const (
 		RETURNING holder`
 	renewLeaseSQL   = `UPDATE schema_migration_lock SET expires_at = now() + $2::INTERVAL WHERE name = 'migrate' AND holder = $1`
 	releaseLeaseSQL = `DELETE FROM schema_migration_lock WHERE name = 'migrate' AND holder = $1`
+	// leaseHolderSQL tells, after a migration was not recorded, whether the lease is
+	// still ours.
+	leaseHolderSQL = `SELECT count(*) FROM schema_migration_lock WHERE name = 'migrate' AND holder = $1 AND expires_at > now()`
 )
 
-// ErrLeaseLost is returned when a migrator's lease was taken by another before it
-// finished (it could not renew it in time); its context is cancelled then.
+// ErrLeaseLost is returned when a migrator's lease was taken by another, or could not
+// be renewed in time, before it finished; its context is cancelled then.
 var ErrLeaseLost = errors.New("lost the migration lease")
 
-// withLease runs fn while holding the lease row, renewing it every third of lease.
-// If a renewal finds the lease gone, fn's context is cancelled. Every migration
-// statement is idempotent, so a migrator that lost its lease halfway leaves nothing
-// that the next one cannot finish.
-func withLease(ctx context.Context, db database.DB, lease time.Duration, fn func(context.Context) error) error {
+// leaseConfig shapes withLease.
+type leaseConfig struct {
+	// ttl is the lease's length. The holder renews it every third of it, each renewal
+	// bounded by a third too, and stops its work (ErrLeaseLost) once ttl less margin
+	// has passed since it sent its last successful renewal: the server's expiry counts
+	// from a later instant (its now() when the statement ran), so the holder always
+	// stops before another may take the lease.
+	ttl, margin time.Duration
+	// connect opens the lease's own connection: its statements never wait for a
+	// connection of the migrator's pool, which the migration holds (a pool of one works).
+	connect func(context.Context) (*pgx.Conn, error)
+	// jobs lists the schema changes still running in the background (CockroachDB's
+	// jobs, schemaChangeJobs); nil where there are none (PostgreSQL, whose DDL ends with
+	// its statement).
+	jobs func(context.Context, database.DB) ([]schemaJob, error)
+	// poll is how often jobs is asked again while some run.
+	poll time.Duration
+	// keep bounds how long, after fn returned, the lease is kept while a schema change
+	// fn started (its statement cancelled) still runs.
+	keep time.Duration
+}
+
+// leaseConfigOf is the lease of length ttl whose connection is opened as pool's are.
+func leaseConfigOf(pool *pgxpool.Pool, ttl time.Duration) leaseConfig {
+	cc := pool.Config().ConnConfig
+	return leaseConfig{
+		ttl: ttl, margin: ttl / 4, poll: jobPoll, keep: ttl,
+		connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) },
+	}
+}
+
+// leaseConn is the lease's connection, used by one statement at a time (the renewals,
+// the job polls, the release), each bounded by its own timeout. A statement that
+// timed out leaves the connection closed (pgx closes it), and the next one dials again.
+type leaseConn struct {
+	connect func(context.Context) (*pgx.Conn, error)
+	turn    chan struct{} // a token: held by the statement in flight
+	conn    *pgx.Conn
+}
+
+func newLeaseConn(connect func(context.Context) (*pgx.Conn, error)) *leaseConn {
+	l := &leaseConn{connect: connect, turn: make(chan struct{}, 1)}
+	l.turn <- struct{}{}
+	return l
+}
+
+// do runs f on the connection, dialed if need be, within timeout.
+func (l *leaseConn) do(ctx context.Context, timeout time.Duration, f func(context.Context, *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	select {
+	case <-l.turn:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { l.turn <- struct{}{} }()
+	if l.conn == nil || l.conn.IsClosed() {
+		c, err := l.connect(ctx)
+		if err != nil {
+			return fmt.Errorf("connecting for the migration lease: %w", err)
+		}
+		l.conn = c
+	}
+	err := f(ctx, l.conn)
+	if err != nil && ctx.Err() != nil {
+		// The statement's outcome is unknown and its reply may still come: never reuse
+		// the connection.
+		l.drop()
+	}
+	return err
+}
+
+func (l *leaseConn) drop() {
+	if l.conn != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = l.conn.Close(cctx)
+		l.conn = nil
+	}
+}
+
+// close closes the connection once no statement is in flight.
+func (l *leaseConn) close() {
+	<-l.turn
+	l.drop()
+	l.turn <- struct{}{}
+}
+
+func (l *leaseConn) exec(ctx context.Context, timeout time.Duration, sql string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := l.do(ctx, timeout, func(ctx context.Context, c *pgx.Conn) error {
+		var err error
+		tag, err = c.Exec(ctx, sql, args...)
+		return err
+	})
+	return tag, err
+}
+
+// withLease runs fn while holding the lease row (see leaseConfig). fn gets the holder,
+// with which each migration is recorded in the same statement that checks the lease
+// (recordSQL), and a context that is cancelled, with ErrLeaseLost as its cause, once
+// the lease is lost or could not be renewed in time. Every migration statement is
+// idempotent, so a migrator that lost its lease halfway leaves nothing that the next
+// one cannot finish.
+//
+// On CockroachDB a schema change runs as a job that outlives the statement that
+// started it when that statement is cancelled (see schemaChangeJobs). So, with lc.jobs,
+// the holder first waits for the schema changes still running (a dead migrator's),
+// and, when fn returns while its own still run, keeps the lease until they end (for
+// lc.keep at most; past it the lease stays taken until it expires, and the next
+// migrator waits for them in turn).
+//
+// The lease is released whatever fn does (a panic included), and also when its take
+// failed: a take whose reply was lost may have taken it.
+func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, string) error) (err error) {
+	third := lc.ttl / 3
+	conn := newLeaseConn(lc.connect)
+	defer conn.close()
 	// The table itself may be created by several migrators at once: a collision there
 	// is retried (a few times, jittered).
 	for attempt := 1; ; attempt++ {
-		_, err := db.Exec(ctx, leaseTableSQL)
+		_, err := conn.exec(ctx, lc.ttl, leaseTableSQL)
 		if err == nil {
 			break
 		}
@@ -99,26 +220,40 @@ func withLease(ctx context.Context, db database.DB, lease time.Duration, fn func
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	holder := hex.EncodeToString(b)
+	defer func() {
+		if rerr := releaseLease(ctx, conn, holder, third); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	var renewed atomic.Int64 // when the last successful take or renewal was sent (UnixNano)
 	for {
-		var got string
-		err := db.QueryRow(ctx, takeLeaseSQL, holder, lease).Scan(&got)
+		sent := time.Now()
+		err := conn.do(ctx, third, func(ctx context.Context, c *pgx.Conn) error {
+			var got string
+			return c.QueryRow(ctx, takeLeaseSQL, holder, lc.ttl).Scan(&got)
+		})
 		if err == nil {
+			renewed.Store(sent.UnixNano())
 			break
 		}
-		if !errors.Is(err, pgx.ErrNoRows) && !collided(err) {
+		timedOut := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		if !errors.Is(err, pgx.ErrNoRows) && !collided(err) && !timedOut {
 			return fmt.Errorf("taking the migration lease: %w", err)
 		}
-		// Held by another migrator: look again soon.
+		// Held by another migrator (or a take that timed out): look again soon.
 		if err := sleep(ctx, time.Duration(100+mrand.IntN(200))*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for the migration lease: %w", err)
 		}
 	}
+
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(lease / 3)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil) // runs before wg.Wait: the renewals end first
+	// The renewals: every third of the lease, each bounded by a third.
+	wg.Go(func() {
+		t := time.NewTicker(third)
 		defer t.Stop()
 		for {
 			select {
@@ -126,26 +261,90 @@ func withLease(ctx context.Context, db database.DB, lease time.Duration, fn func
 				return
 			case <-t.C:
 			}
-			tag, err := db.Exec(fctx, renewLeaseSQL, holder, lease)
-			if err == nil && tag.RowsAffected() == 0 {
-				cancel(ErrLeaseLost)
+			sent := time.Now()
+			tag, err := conn.exec(fctx, third, renewLeaseSQL, holder, lc.ttl)
+			switch {
+			case err == nil && tag.RowsAffected() == 0:
+				cancel(ErrLeaseLost) // taken by another
 				return
+			case err == nil:
+				renewed.Store(sent.UnixNano())
 			}
 			// A failed renewal is tried again at the next tick, while the lease lasts.
 		}
-	}()
-	err := fn(fctx)
-	cancel(nil)
-	<-renewed
-	if cause := context.Cause(fctx); errors.Is(cause, ErrLeaseLost) {
+	})
+	// The watchdog: the holder stops before its lease may expire unrenewed, whatever
+	// the renewals wait for.
+	wg.Go(func() {
+		t := time.NewTimer(lc.ttl)
+		defer t.Stop()
+		for {
+			left := time.Until(time.Unix(0, renewed.Load()).Add(lc.ttl - lc.margin))
+			if left <= 0 {
+				cancel(ErrLeaseLost)
+				return
+			}
+			t.Reset(left)
+			select {
+			case <-fctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	lost := func() bool { return errors.Is(context.Cause(fctx), ErrLeaseLost) }
+
+	if lc.jobs != nil {
+		if err := waitForJobs(fctx, conn, lc, "before migrating"); err != nil {
+			if lost() {
+				err = errors.Join(err, ErrLeaseLost)
+			}
+			return err
+		}
+	}
+	err = fn(fctx, holder)
+	if lc.jobs != nil && err != nil && !lost() {
+		// fn's statement may have been cancelled while its schema change goes on: keep
+		// the lease (renewing it) until that ends, for lc.keep at most, even when ctx
+		// itself ended.
+		kctx, kcancel := context.WithTimeout(context.WithoutCancel(fctx), lc.keep)
+		stop := context.AfterFunc(fctx, func() {
+			if lost() {
+				kcancel()
+			}
+		})
+		if werr := waitForJobs(kctx, conn, lc, "after an interrupted migration"); werr != nil {
+			// Still running (or unknown): leave the lease to expire rather than let the
+			// next migrator start beside it (it would wait for the job in turn).
+			holder = ""
+			err = errors.Join(err, werr)
+		}
+		stop()
+		kcancel()
+	}
+	if lost() {
 		err = errors.Join(err, ErrLeaseLost)
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer rcancel()
-	if _, rerr := db.Exec(rctx, releaseLeaseSQL, holder); rerr != nil && err == nil {
-		err = fmt.Errorf("releasing the migration lease: %w", rerr)
-	}
 	return err
+}
+
+// releaseLease deletes holder's lease (nothing if holder is ""), bounded, even after
+// ctx ended; a conflict is tried again.
+func releaseLease(ctx context.Context, conn *leaseConn, holder string, timeout time.Duration) error {
+	if holder == "" {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	for {
+		_, err := conn.exec(rctx, timeout, releaseLeaseSQL, holder)
+		if err == nil {
+			return nil
+		}
+		if !collided(err) || rctx.Err() != nil {
+			return fmt.Errorf("releasing the migration lease: %w", err)
+		}
+	}
 }
 
 // collided reports whether err is another session creating the same object at the same

@@ -103,9 +103,9 @@ func Migrations() ([]Migration, error) {
 // It needs the owner's rights (DDL); a runtime role without them runs Check instead.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Context, database.DB) error) ([]string, error) {
 	var done []string
-	err := withLock(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+	err := withLock(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn, holder string) error {
 		var err error
-		if done, err = migrateLocked(ctx, conn); err != nil {
+		if done, err = migrateLocked(ctx, conn, holder); err != nil {
 			return err
 		}
 		for _, step := range also {
@@ -119,8 +119,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Conte
 }
 
 // migrateLocked applies the migrations not yet recorded, on conn, which holds the
-// migration lock.
-func migrateLocked(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
+// migration lock: on CockroachDB the lease of holder, which each migration's record
+// checks (recordMigration).
+func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string) ([]string, error) {
 	migrations, err := Migrations()
 	if err != nil {
 		return nil, err
@@ -173,13 +174,52 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn) ([]string, error) {
 				return done, fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, serves_from) VALUES ($1, $2, $3::INT)
-			ON CONFLICT (version) DO NOTHING`, m.Version, m.Name, m.ServesFrom); err != nil {
-			return done, fmt.Errorf("recording migration %s: %w", m.Name, err)
+		if err := recordMigration(ctx, pool, m, holder); err != nil {
+			return done, err
 		}
 		done = append(done, m.Name)
 	}
 	return done, nil
+}
+
+// The record of an applied migration. On CockroachDB it is written only while the
+// migrator's lease is still its own, checked in the same statement (one implicit
+// transaction): a migrator that lost its lease records nothing, and the next one
+// applies the migration again (every statement is idempotent).
+const (
+	recordSQL = `INSERT INTO schema_migrations (version, name, serves_from) VALUES ($1::INT, $2::TEXT, $3::INT)
+		ON CONFLICT (version) DO NOTHING`
+	recordLeasedSQL = `INSERT INTO schema_migrations (version, name, serves_from)
+		SELECT $1::INT, $2::TEXT, $3::INT WHERE EXISTS (SELECT 1 FROM schema_migration_lock
+			WHERE name = 'migrate' AND holder = $4::TEXT AND expires_at > now())
+		ON CONFLICT (version) DO NOTHING`
+)
+
+// recordMigration records m as applied; with a holder, only while its lease holds,
+// else ErrLeaseLost.
+func recordMigration(ctx context.Context, db database.DB, m Migration, holder string) error {
+	if holder == "" {
+		if _, err := db.Exec(ctx, recordSQL, m.Version, m.Name, m.ServesFrom); err != nil {
+			return fmt.Errorf("recording migration %s: %w", m.Name, err)
+		}
+		return nil
+	}
+	tag, err := db.Exec(ctx, recordLeasedSQL, m.Version, m.Name, m.ServesFrom, holder)
+	if err != nil {
+		return fmt.Errorf("recording migration %s: %w", m.Name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	// Nothing written: recorded already, or the lease is no longer ours.
+	var held int
+	if err := db.QueryRow(ctx, leaseHolderSQL, holder).Scan(&held); err != nil {
+		return fmt.Errorf("recording migration %s: reading the lease: %w", m.Name, err)
+	}
+	if held == 0 {
+		return fmt.Errorf("recording migration %s: %w", m.Name, ErrLeaseLost)
+	}
+	return nil
 }
 
 // contractDirective marks a contracting migration (Migration.Contracts).
