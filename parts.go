@@ -49,7 +49,9 @@ type assembly struct {
 
 // schema migrates the database when the Config says so (MigrateAtStart), as Migrate with
 // WithRetention(cfg) does, the row-level TTL on CockroachDB included; otherwise it only
-// checks, without DDL, that its schema is one this release serves.
+// checks, without DDL, that its schema is one this release serves. Either way the
+// schema is checked: schema.Migrate checks it after migrating, since it skips the
+// migrations it does not know, which a newer release may have recorded.
 func (c assembly) schema(ctx context.Context, dialect database.Dialect) error {
 	if !c.cfg.MigrateAtStart {
 		return schema.Check(ctx, c.pool)

@@ -95,7 +95,8 @@ func Migrations() ([]Migration, error) {
 }
 
 // Migrate applies every migration not yet recorded in schema_migrations and returns
-// the names of those it applied. It holds the migration lock (see lock) from before it
+// the names of those it applied; then it checks the schema as Check does, so that a
+// database a newer release contracted is refused here too (ErrSchemaAhead). It holds the migration lock (see lock) from before it
 // reads schema_migrations until it has run also, the caller's own schema steps (the
 // demo's table), so that of processes that start together exactly one applies each
 // migration and the others find it recorded. Every step runs on the lock's connection.
@@ -113,7 +114,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Conte
 				return err
 			}
 		}
-		return nil
+		// The one check of every path (Check): migrating skips the migrations this
+		// release does not know, which a newer release may have recorded.
+		return Check(ctx, conn)
 	})
 	return done, err
 }
