@@ -206,14 +206,24 @@ const pgRowEstimateSQL = `SELECT CASE WHEN c.reltuples < 0 OR c.relpages = 0 THE
 		ELSE (c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::FLOAT8))::INT8 END
 	FROM pg_class AS c WHERE c.oid = 'journal'::REGCLASS`
 
-// crdbRowEstimateSQL is CockroachDB's: the row count of the newest table statistics,
-// which it refreshes automatically as rows change (a SHOW statement used as a data
-// source). -1 when there are none yet.
+// crdbRowEstimateSQL is CockroachDB's: the row count of the newest full table
+// statistics, which it refreshes automatically as rows change (a SHOW statement used as
+// a data source). -1 when there are none yet.
 // https://www.cockroachlabs.com/docs/stable/show-statistics
 // https://www.cockroachlabs.com/docs/stable/selection-queries#using-the-output-of-other-statements
 // https://www.cockroachlabs.com/docs/stable/cost-based-optimizer#table-statistics
+//
+// Partial statistics are skipped: collected over an index's extremes only (CREATE
+// STATISTICS … USING EXTREMES, and automatically from v25.1), their row_count counts
+// the rows scanned, not the table's. SHOW STATISTICS gives them a partial_predicate
+// (and the id of the full statistic they extend), NULL for a full one: its columns
+// are statistics_name, column_names, created, row_count, distinct_count, null_count,
+// avg_size, partial_predicate, histogram_id, full_histogram_id
+// (https://github.com/cockroachdb/cockroach/blob/master/pkg/sql/show_stats.go,
+// showTableStatsColumns; partial statistics and their columns came with v23.1, before
+// database.MinVersion).
 const crdbRowEstimateSQL = `SELECT coalesce((SELECT row_count FROM [SHOW STATISTICS FOR TABLE journal]
-	ORDER BY created DESC LIMIT 1), -1)::INT8`
+	WHERE partial_predicate IS NULL ORDER BY created DESC LIMIT 1), -1)::INT8`
 
 // estimateRows returns the database's estimate of the journal's rows, or -1.
 func estimateRows(ctx context.Context, db database.DB) (int64, error) {
