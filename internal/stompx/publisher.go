@@ -26,6 +26,10 @@ type Publisher struct {
 	slots chan *slot
 	done  chan struct{}
 	once  sync.Once
+	// closing ends when Close begins: it ends the sends in flight (a dial, a wait for a
+	// receipt), so that Close does not wait out their timeouts.
+	closing  context.Context
+	closeNow context.CancelFunc
 }
 
 type slot struct{ conn *Conn }
@@ -36,6 +40,7 @@ func NewPublisher(cfg Config, conns int) *Publisher {
 		conns = 1
 	}
 	p := &Publisher{cfg: cfg.withDefaults(), slots: make(chan *slot, conns), done: make(chan struct{})}
+	p.closing, p.closeNow = context.WithCancel(context.Background())
 	for range conns {
 		p.slots <- &slot{}
 	}
@@ -64,10 +69,16 @@ func (p *Publisher) Publish(ctx context.Context, destination string, body []byte
 		return ErrClosed
 	default:
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.closing, cancel)()
 
 	if s.conn == nil {
 		c, err := DialConn(ctx, p.cfg)
 		if err != nil {
+			if p.closing.Err() != nil {
+				return fmt.Errorf("dialing to send to %s: %w", destination, ErrClosed)
+			}
 			return err
 		}
 		s.conn = c
@@ -91,6 +102,9 @@ func (p *Publisher) Publish(ctx context.Context, destination string, body []byte
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// The send may or may not complete; bounded dropped the connection.
 		s.conn = nil
+		if p.closing.Err() != nil {
+			err = ErrClosed
+		}
 		return fmt.Errorf("sending to %s (outcome unknown): %w", destination, err)
 	default:
 		conn.Abort()
@@ -100,10 +114,13 @@ func (p *Publisher) Publish(ctx context.Context, destination string, body []byte
 }
 
 // Close disconnects every idle connection and makes later calls fail with ErrClosed.
-// It waits for sends in flight to finish. A broker that does not confirm the
-// DISCONNECT within a second is abandoned: every send had its receipt already.
+// It ends the sends in flight (their outcome unknown, their error wrapping ErrClosed:
+// the caller retries them, deduplicated, after a restart) rather than wait out their
+// dial and receipt timeouts, so that it keeps within a stop's budget. A broker that
+// does not confirm the DISCONNECT within a second is abandoned: every send had its
+// receipt already.
 func (p *Publisher) Close() error {
-	p.once.Do(func() { close(p.done) })
+	p.once.Do(func() { close(p.done); p.closeNow() })
 	var wg sync.WaitGroup // in parallel: the whole Close waits a second at most
 	for range cap(p.slots) {
 		s := <-p.slots
