@@ -9,7 +9,8 @@
 // tables, nullable or defaulted columns and indexes only, so that the previous release
 // keeps running on the new schema during a rolling upgrade. A release that must drop,
 // rename or retype something says so in CHANGELOG.md, and its migration carries
-// "-- inboxd:contract" (TestMigrationsExpandOnly holds both).
+// "-- inboxd:contract" (TestMigrationsExpandOnly, in internal/sqlcheck, holds both,
+// reading each statement with CockroachDB's parser).
 package schema
 
 import (
