@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/database"
 )
 
 // The lease lock's parts, for the tests of package schema_test (which may import
@@ -19,3 +21,18 @@ var (
 func WithLease(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, fn func(context.Context) error) error {
 	return withLease(ctx, leaseConfigOf(pool, ttl), func(ctx context.Context, _ string) error { return fn(ctx) })
 }
+
+// SchemaJob is a schema change still running, as the lease's jobs lister reports it.
+type SchemaJob = schemaJob
+
+// WithLeaseJobs is WithLease with jobs standing in for CockroachDB's schema-change
+// jobs (SHOW JOBS), asked every poll.
+func WithLeaseJobs(ctx context.Context, pool *pgxpool.Pool, ttl, poll time.Duration, jobs func(context.Context) ([]SchemaJob, error), fn func(context.Context) error) error {
+	lc := leaseConfigOf(pool, ttl)
+	lc.poll = poll
+	lc.jobs = func(ctx context.Context, _ database.DB) ([]schemaJob, error) { return jobs(ctx) }
+	return withLease(ctx, lc, func(ctx context.Context, _ string) error { return fn(ctx) })
+}
+
+// RecordMigration records m as applied while holder's lease holds.
+var RecordMigration = recordMigration

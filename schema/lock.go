@@ -246,26 +246,31 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 		}
 	}
 
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// lctx lives as long as the lease is held, past ctx's end when a schema change must
+	// be waited for; fn's context ends with ctx, or when the lease is lost.
+	lctx, lcancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	fctx, fcancel := context.WithCancelCause(ctx)
+	defer fcancel(nil)
+	stopLost := context.AfterFunc(lctx, func() { fcancel(context.Cause(lctx)) })
+	defer stopLost()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer cancel(nil) // runs before wg.Wait: the renewals end first
+	defer lcancel(nil) // runs before wg.Wait: the renewals end first
 	// The renewals: every third of the lease, each bounded by a third.
 	wg.Go(func() {
 		t := time.NewTicker(third)
 		defer t.Stop()
 		for {
 			select {
-			case <-fctx.Done():
+			case <-lctx.Done():
 				return
 			case <-t.C:
 			}
 			sent := time.Now()
-			tag, err := conn.exec(fctx, third, renewLeaseSQL, holder, lc.ttl)
+			tag, err := conn.exec(lctx, third, renewLeaseSQL, holder, lc.ttl)
 			switch {
 			case err == nil && tag.RowsAffected() == 0:
-				cancel(ErrLeaseLost) // taken by another
+				lcancel(ErrLeaseLost) // taken by another
 				return
 			case err == nil:
 				renewed.Store(sent.UnixNano())
@@ -281,18 +286,18 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 		for {
 			left := time.Until(time.Unix(0, renewed.Load()).Add(lc.ttl - lc.margin))
 			if left <= 0 {
-				cancel(ErrLeaseLost)
+				lcancel(ErrLeaseLost)
 				return
 			}
 			t.Reset(left)
 			select {
-			case <-fctx.Done():
+			case <-lctx.Done():
 				return
 			case <-t.C:
 			}
 		}
 	})
-	lost := func() bool { return errors.Is(context.Cause(fctx), ErrLeaseLost) }
+	lost := func() bool { return errors.Is(context.Cause(lctx), ErrLeaseLost) }
 
 	if lc.jobs != nil {
 		if err := waitForJobs(fctx, conn, lc, "before migrating"); err != nil {
@@ -307,19 +312,13 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 		// fn's statement may have been cancelled while its schema change goes on: keep
 		// the lease (renewing it) until that ends, for lc.keep at most, even when ctx
 		// itself ended.
-		kctx, kcancel := context.WithTimeout(context.WithoutCancel(fctx), lc.keep)
-		stop := context.AfterFunc(fctx, func() {
-			if lost() {
-				kcancel()
-			}
-		})
+		kctx, kcancel := context.WithTimeout(lctx, lc.keep)
 		if werr := waitForJobs(kctx, conn, lc, "after an interrupted migration"); werr != nil {
 			// Still running (or unknown): leave the lease to expire rather than let the
 			// next migrator start beside it (it would wait for the job in turn).
 			holder = ""
 			err = errors.Join(err, werr)
 		}
-		stop()
 		kcancel()
 	}
 	if lost() {
