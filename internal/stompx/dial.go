@@ -257,8 +257,11 @@ func dialOnce(ctx context.Context, cfg Config) (*Conn, error) {
 		stream = tc
 	}
 	// go-stomp only applies the context's deadline to the CONNECTED read; cancelation
-	// must unblock it too.
-	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
+	// must unblock it too. It closes the socket: a past deadline set here could be
+	// overwritten by go-stomp's own SetReadDeadline (from ctx's deadline, after it wrote
+	// CONNECT; go-stomp v3 conn.go, ConnectWithContext), and the dial would then wait
+	// for DialTimeout.
+	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	hb := cfg.HeartBeat
 	if hb < 0 {
 		hb = 0
