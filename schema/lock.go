@@ -185,7 +185,7 @@ func (l *leaseConn) exec(ctx context.Context, timeout time.Duration, sql string,
 
 // withLease runs fn while holding the lease row (see leaseConfig). fn gets the holder,
 // with which each migration is recorded in the same statement that checks the lease
-// (recordSQL), and a context that is cancelled, with ErrLeaseLost as its cause, once
+// (recordLeasedSQL), and a context that is cancelled, with ErrLeaseLost as its cause, once
 // the lease is lost or could not be renewed in time. Every migration statement is
 // idempotent, so a migrator that lost its lease halfway leaves nothing that the next
 // one cannot finish.

@@ -169,7 +169,8 @@ const (
 const (
 	// MigrationLease is how long a migrator's lock row holds on CockroachDB, which has no
 	// advisory locks, before another migrator may take it; the holder renews it every
-	// third of it while it migrates.
+	// third of it while it migrates, and stops (ErrLeaseLost) once three quarters of it
+	// have passed since its last successful renewal.
 	MigrationLease = 30 * time.Second
 )
 
