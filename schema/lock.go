@@ -46,7 +46,16 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, fn func(ctx context.Conte
 	defer conn.Release()
 	if database.DialectOf(conn.Conn()) == database.CockroachDB {
 		lc := leaseConfigOf(pool, defaults.MigrationLease)
-		lc.jobs = schemaChangeJobs
+		// SHOW JOBS is CockroachDB's only: chosen as the migrations' own CockroachDB-only
+		// statements are (dialect, from version()), so that a server that only says it
+		// is CockroachDB at startup (the tests' PostgreSQL behind a proxy) gets neither.
+		d, err := dialect(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if d == CockroachDB {
+			lc.jobs = schemaChangeJobs
+		}
 		return withLease(ctx, lc, func(ctx context.Context, holder string) error { return fn(ctx, conn, holder) })
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, advisoryKey); err != nil {
