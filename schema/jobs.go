@@ -28,7 +28,9 @@ type schemaJob struct {
 // (https://www.cockroachlabs.com/docs/v24.1/online-schema-changes, "Schema changes are
 // jobs"; https://www.cockroachlabs.com/docs/v25.1/show-jobs: job_type SCHEMA CHANGE or
 // NEW SCHEMA CHANGE, the declarative schema changer's; status succeeded, failed and
-// canceled are the ended ones; a user without VIEWJOB sees the jobs it started).
+// canceled are the ended ones). A role without VIEWJOB sees the jobs it started
+// (https://github.com/cockroachdb/cockroach/pull/44345, "Non-admin users can now query
+// SHOW JOBS and crdb_internal.jobs and see their own jobs"), which is all this reads.
 // Re-running a migration's ADD COLUMN IF NOT EXISTS while its job still adds the column
 // fails (42701, "in the middle of being added"), and an index still being built may
 // be taken for built: so a migrator starts only once none runs.
