@@ -24,9 +24,10 @@ type schemaJob struct {
 //
 // On CockroachDB a schema change is a job: cancelling the statement that started it
 // (a migrator's context ending, its connection dropped) does not end the job, which
-// SHOW JOBS lists and CANCEL JOB ends
-// (https://www.cockroachlabs.com/docs/v24.1/online-schema-changes, "Schema changes are
-// jobs"; https://www.cockroachlabs.com/docs/v25.1/show-jobs: job_type SCHEMA CHANGE or
+// SHOW JOBS lists and CANCEL JOB ends (https://www.cockroachlabs.com/docs/stable/cancel-query,
+// Considerations: "Schema changes are treated differently than other SQL queries. You
+// can use SHOW JOBS to monitor the progress of schema changes and CANCEL JOB to cancel
+// schema changes"; https://www.cockroachlabs.com/docs/v25.1/show-jobs: job_type SCHEMA CHANGE or
 // NEW SCHEMA CHANGE, the declarative schema changer's; status succeeded, failed and
 // canceled are the ended ones). A role without VIEWJOB sees the jobs it started
 // (https://github.com/cockroachdb/cockroach/pull/44345, "Non-admin users can now query
