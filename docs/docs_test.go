@@ -133,8 +133,8 @@ var (
 	// commitRE matches a hex word in code that may be a commit; one with no letter
 	// a-f (a number such as 8388608) is not.
 	commitRE = regexp.MustCompile("`[0-9a-f]{7,40}`")
-	linkRE = regexp.MustCompile(`!?\[([^\]]*)\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
-	codeRE = regexp.MustCompile("`[^`]*`")
+	linkRE   = regexp.MustCompile(`!?\[([^\]]*)\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	codeRE   = regexp.MustCompile("`[^`]*`")
 )
 
 // TestDocsLinks fails on a relative link to a file that does not exist, or to an anchor
