@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -65,32 +64,14 @@ func TestDocsMakeTargets(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// inboxdBinary builds cmd/inboxd once for the package's tests.
+// inboxdBinary builds cmd/inboxd into the test's temporary directory.
 func inboxdBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "inboxd-docs-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "inboxd")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/inboxd").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			binPath = string(out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building cmd/inboxd: %v\n%s", buildErr, binPath)
+	bin := filepath.Join(t.TempDir(), "inboxd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/inboxd").CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/inboxd: %v\n%s", err, out)
 	}
-	return binPath
+	return bin
 }
 
 // help runs `inboxd args... -h` and returns what it prints.
