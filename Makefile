@@ -86,8 +86,9 @@ demo: build services
 verify-ingest: build services
 	scripts/verify-ingest.sh
 
+# Writes docs/benchmarks.md from the run's own Markdown (header, method, table, row notes).
 bench: build services
-	bin/inboxd bench
+	bin/inboxd bench -markdown docs/benchmarks.md
 
 # Fault injection (a few minutes): two instances, its own broker and PostgreSQL cluster,
 # kill -9s, a broker restart, a database crash restart and a 10 s outage; exact invariants.

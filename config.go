@@ -180,7 +180,7 @@ type Config struct {
 	// attempt, before the attempt is recorded as failed; -1 means none
 	// (INBOXD_IMMEDIATE_RETRIES). Defaults to 2. It, MaxAttempts, RetryBaseDelay and
 	// RetryMaxDelay are the policy of event types without one of their own
-	// (WithRetryPolicy); the README shows the default schedule.
+	// (WithRetryPolicy); docs/recoverability.md shows the default schedule.
 	ImmediateRetries int
 	// MaxAttempts is the number of recorded attempts after which a failing event is DEAD
 	// (INBOXD_MAX_ATTEMPTS). Defaults to 40.

@@ -153,5 +153,5 @@ Where to look next:
   curl $api/metrics | grep '^inboxd_'
   curl $api/openapi.json | jq '.paths | keys'
   webhook CA for the changefeed's ca_cert=: $INBOXD_CERT_DIR/ca.b64
-  README.md: configuration, operator tools, the CockroachDB changefeed, and make bench
+  README.md and docs/: configuration, operator tools, the CockroachDB changefeed, and make bench
 EOT

@@ -5,8 +5,12 @@
 //	INBOXD_DATABASE_URL=postgres://postgres@127.0.0.1:5432/orders?sslmode=disable \
 //	INBOXD_STOMP_ADDR=127.0.0.1:61613 go run ./examples/orders
 //
-// Publish an order (a JSON object with an "id" such as "ord-0001") to /queue/orders, e.g. with the
-// broker's web console, and find it in the orders table. Ctrl-C stops it gracefully.
+// The database must exist (createdb -h 127.0.0.1 -U postgres orders); the program
+// creates inboxd's tables and its own in it. Publish an order (a JSON object with an "id"
+// such as "ord-0001"; it is an order.placed event, the DefaultEventType below) to
+// /queue/orders, e.g. with the broker's web console, and find it in the orders table.
+// Ctrl-C stops it gracefully. The README's quick start is a smaller program that creates
+// its database and publishes its own order.
 package main
 
 import (

@@ -18,10 +18,12 @@ import (
 
 // options are the flags of "inboxd bench".
 type options struct {
-	Quick       bool
-	Ns          []int
-	Reps        int
-	Out         string
+	Quick bool
+	Ns    []int
+	Reps  int
+	Out   string
+	// Markdown, when set, is where the documentation page (docs/benchmarks.md) is written.
+	Markdown    string
 	Rows        []string
 	Knobs       Knobs
 	Rate        float64
@@ -76,6 +78,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&ns, "n", "", "messages per drain row, comma-separated (default 20000,200000; quick 5000)")
 	fs.IntVar(&o.Reps, "reps", 0, "repetitions; the table shows medians (default 3; quick 1)")
 	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
+	fs.StringVar(&o.Markdown, "markdown", "", "also write the documentation page (header, method, table, row notes) to this file, e.g. docs/benchmarks.md")
 	fs.StringVar(&rows, "rows", "", "rows to run, comma-separated (default "+strings.Join(allRows, ",")+", and "+strings.Join(riverRows, ",")+
 		" when -river-bin exists; quick without "+rowJournalSize+")")
 	fs.StringVar(&backlog, "backlog", "", "backlog row: events blocked behind failed heads, one measurement per level (default 0,100000,1000000; quick 0,10000)")
@@ -327,6 +330,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "\nresults: %s/{results.json,results.md,results.svg}\n", o.Out)
+		if o.Markdown != "" {
+			info := pageInfo{Commit: buildCommit(), Command: strings.TrimSpace("inboxd bench " + strings.Join(args, " "))}
+			if err := writeDocsPageFile(o.Markdown, rep, info); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "documentation page: %s\n", o.Markdown)
+		}
 	}
 	if runErr != nil {
 		return runErr

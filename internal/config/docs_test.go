@@ -137,15 +137,15 @@ func settingFields(t *testing.T) map[string]string {
 	return out
 }
 
-var update = flag.Bool("update", false, "rewrite the README's configuration table from the settings")
+var update = flag.Bool("update", false, "rewrite docs/configuration.md's table from the settings")
 
-// The README's configuration table lies between these lines.
+// docs/configuration.md's table lies between these lines.
 const (
-	tableStart = "<!-- Generated from internal/config's settings: go test ./internal/config -run TestREADMEConfigTable -update -->"
+	tableStart = "<!-- Generated from internal/config's settings: go test ./internal/config -run TestConfigTable -update -->"
 	tableEnd   = "<!-- End of the generated configuration table. -->"
 )
 
-// readmeTable writes the README's configuration table from the settings: a row per
+// readmeTable writes docs/configuration.md's table from the settings: a row per
 // setting (or per group, defaults.SharesRowAbove), its default as the flag shows it unless the
 // row states its own.
 func readmeTable(t *testing.T) string {
@@ -192,10 +192,10 @@ func readmeTable(t *testing.T) string {
 	return b.String()
 }
 
-// TestREADMEConfigTable holds the README's configuration table to the settings, which
+// TestConfigTable holds docs/configuration.md's table to the settings, which
 // write it: with -update it rewrites the table, without it fails when they differ.
-func TestREADMEConfigTable(t *testing.T) {
-	const path = "../../README.md"
+func TestConfigTable(t *testing.T) {
+	const path = "../../docs/configuration.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestREADMEConfigTable(t *testing.T) {
 	before, rest, ok1 := strings.Cut(readme, tableStart+"\n")
 	_, after, ok2 := strings.Cut(rest, tableEnd)
 	if !ok1 || !ok2 {
-		t.Fatalf("README.md: the configuration table's markers are missing: %q, then %q", tableStart, tableEnd)
+		t.Fatalf("docs/configuration.md: the configuration table's markers are missing: %q, then %q", tableStart, tableEnd)
 	}
 	want := before + tableStart + "\n" + readmeTable(t) + tableEnd + after
 	if want == readme {
@@ -217,6 +217,6 @@ func TestREADMEConfigTable(t *testing.T) {
 		t.Logf("rewrote the configuration table of %s", path)
 		return
 	}
-	t.Errorf("README.md's configuration table differs from the settings (internal/config); " +
-		"run go test ./internal/config -run TestREADMEConfigTable -update")
+	t.Errorf("docs/configuration.md's configuration table differs from the settings (internal/config); " +
+		"run go test ./internal/config -run TestConfigTable -update")
 }

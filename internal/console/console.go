@@ -70,7 +70,7 @@ type view struct {
 	EventID  string
 }
 
-// Reasons a message is quarantined for (see internal/journal and the README).
+// Reasons a message is quarantined for (see internal/journal and docs/recoverability.md).
 var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "missing_type", "invalid_header", "invalid_field", "too_large", "id_conflict",
 	"missing_source", "missing_specversion", "invalid_attribute"} // the last three: CloudEvents
 

@@ -177,7 +177,7 @@ const (
 // Setting is one row of the table of settings: a flag of the command line, which the
 // environment variable INBOXD_<FLAG> (capitals, "_" for "-") sets too, and the field it
 // fills. Package internal/config makes the flags from these rows, and its
-// TestREADMEConfigTable writes the README's configuration table from them.
+// TestConfigTable writes docs/configuration.md's table from them.
 type Setting struct {
 	Flag string
 	// Field is the field the setting fills: inboxd.Config's, whose doc TestConfigDocs
@@ -187,18 +187,18 @@ type Setting struct {
 	// none), mostly a constant above, which the components' zero values take too.
 	Default any
 	Usage   string // the flag's help
-	// README is the meaning cell of the setting's README row, optionally preceded by a
+	// README is the meaning cell of the setting's row in docs/configuration.md, optionally preceded by a
 	// default cell of its own and " | " when the default is not a literal (CPUs, or a
 	// default that depends on another setting); SharesRowAbove lists the variable in the
 	// row above instead.
 	README string
 }
 
-// SharesRowAbove documents a setting in the README row above it (e.g. a login beside its
+// SharesRowAbove documents a setting in the docs table's row above it (e.g. a login beside its
 // passcode).
 const SharesRowAbove = "\x00above"
 
-// Settings is the one table of settings, a row each, in the order of the README's
+// Settings is the one table of settings, a row each, in the order of docs/configuration.md's
 // configuration table.
 //
 // Adding a setting touches three files:
@@ -209,8 +209,8 @@ const SharesRowAbove = "\x00above"
 //     name less the component's prefix (OutboxLease → outbox.Config.Lease), which
 //     takes the constant when zero (defaults.Or).
 //
-// Then regenerate the README's table: go test ./internal/config -run
-// TestREADMEConfigTable -update. The root package copies the field into the
+// Then regenerate docs/configuration.md's table: go test ./internal/config -run
+// TestConfigTable -update. The root package copies the field into the
 // component's Config by name (copySettings in parts.go; TestEverySettingReachesAComponent
 // fails for a setting that reaches no component), and the component's
 // TestZeroConfigTakesTheTable holds its zero value to the default (Unlike). Only a
@@ -224,7 +224,7 @@ func Settings() []Setting {
 		{"database-password-file", "DatabasePasswordFile", "", "file holding the database password, used instead of one in the URL (not world-readable)",
 			"file holding the database password, applied to the connection config (see [Secrets](#secrets))"},
 		{"stomp-addr", "StompAddr", StompAddr, "broker STOMP address host:port (ActiveMQ, or RabbitMQ's STOMP plugin)",
-			"the broker's STOMP listener: ActiveMQ, or RabbitMQ's STOMP plugin (see [RabbitMQ](#rabbitmq))"},
+			"the broker's STOMP listener: ActiveMQ, or RabbitMQ's STOMP plugin (see [RabbitMQ](rabbitmq.md))"},
 		{"broker", "Broker", Broker, "broker STOMP dialect: activemq, rabbitmq, or auto (from the CONNECTED frame's server header)",
 			"the broker's STOMP dialect: `activemq`, `rabbitmq`, or `auto` (from the `server` header of the `CONNECTED` frame)"},
 		{"stomp-host", "StompHost", "", "STOMP host header: RabbitMQ's virtual host (empty: / for broker rabbitmq, else the host of stomp-addr)",
@@ -238,7 +238,7 @@ func Settings() []Setting {
 		{"stomp-heart-beat", "StompHeartBeat", StompHeartBeat, "STOMP heart-beat interval both ways; a silent broker is noticed within 1.5 intervals (negative: off)",
 			"STOMP heart-beat interval, both ways; inboxd asks the broker for a beat every half interval and drops a connection silent for 1.5 intervals, so a blackholed broker is noticed within two (negative: off)"},
 		{"stomp-tls", "StompTLS", false, "speak TLS to the broker (ActiveMQ stomp+ssl); never falls back to plaintext",
-			"TLS to the broker's `stomp+ssl` connector; never falls back to plaintext (see [Broker over TLS](#broker-over-tls))"},
+			"TLS to the broker's `stomp+ssl` connector; never falls back to plaintext (see [Broker over TLS](activemq.md#broker-over-tls))"},
 		{"stomp-ca-file", "StompCAFile", "", "PEM CA bundle that signs the broker's certificate (empty: the system pool)",
 			"PEM CA bundle that signs the broker's certificate; empty: the system pool"},
 		{"stomp-server-name", "StompServerName", "", "name the broker's certificate must carry (empty: the host of stomp-addr)",
@@ -262,7 +262,7 @@ func Settings() []Setting {
 		{"http-addr", "HTTPAddr", HTTPAddr, "REST API listen address",
 			"REST API (the library's `Config.HTTPAddr` defaults to loopback, `127.0.0.1:8090`)"},
 		{"admin-token", "AdminToken", "", "bearer token required by /admin endpoints and accepted by /journal (empty: /admin served to localhost only)",
-			"bearer token for `/admin/*`, also accepted by `/journal/*`; empty: `/admin/*` is served to localhost only, or to nobody when `INBOXD_READ_TOKEN` is set (see [SECURITY.md](SECURITY.md))"},
+			"bearer token for `/admin/*`, also accepted by `/journal/*`; empty: `/admin/*` is served to localhost only, or to nobody when `INBOXD_READ_TOKEN` is set (see [SECURITY.md](../SECURITY.md))"},
 		{"admin-token-file", "AdminTokenFile", "", "file holding the admin token (not world-readable)",
 			"file holding the admin token"},
 		{"read-token", "ReadToken", "", "bearer token required by /journal reads, which hold personal data (empty, with no admin token: served to localhost only)",
@@ -306,21 +306,21 @@ func Settings() []Setting {
 		{"default-event-type", "DefaultEventType", "", "event type of messages with no event-type header and no type field (empty: they are quarantined as missing_type; with demo, registration)",
 			"empty (`registration` with `INBOXD_DEMO`) | type of events that name none (`event-type` header, else payload `type`); empty: such messages are quarantined as `missing_type`"},
 		{"migrate", "MigrateAtStart", "off", "auto: serve applies pending migrations at start, under the migration lock (needs the schema owner's DDL rights); off: serve changes no schema and refuses one that is behind (run inboxd migrate first) or ahead by migrations that are not compatible",
-			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock, and on CockroachDB sets the row-level TTL of the retention configured, as `inboxd migrate` does; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](#deploying))"},
+			"`auto`: `serve` applies pending migrations at start (and with `INBOXD_DEMO` the `customers` table), under the migration lock, and on CockroachDB sets the row-level TTL of the retention configured, as `inboxd migrate` does; it then needs the schema owner's rights. `off`: it changes no schema (see [Deploying](operations.md#deploying))"},
 		{"demo", "Demo", false, "serve the demo (what make demo runs): the registration handler, GET /registration/form and POST /registration; with migrate, its customers table",
 			"serve the demo, as `make demo` and docker compose do: the registration handler (unless the program registered its own), `GET /registration/form` and `POST /registration`; its `customers` table is created by `inboxd migrate` with `INBOXD_DEMO` (or `serve` with `INBOXD_MIGRATE=auto`). Off, inboxd knows no business event and opens no door that publishes into your queues"},
 		{"concurrency", "Concurrency", Concurrency(), "processing transactions (batches of different aggregates) at once; default: the number of CPUs, at least 2",
-			"CPUs, at least 2 | processing transactions at once, each a batch of up to `INBOXD_PROCESS_BATCH_SIZE` events of different aggregates. More workers than the database has cores only contend: on 2 cores, `inboxd bench -n 20000 -reps 2 -rows ingest,e2e-max -concurrency 8` gave 0.49× and 0.39× the ingest rate end to end at 3.31 s of host CPU per 10k events (PostgreSQL's 2.09; load 2.73 → 2.50), against 0.56× and 0.49× at 2.60 s (1.55) with `-concurrency 2` run just before it (load 2.91 → 2.73; calibration 0.24–0.33 s for both, on `df62a54`)"},
+			"CPUs, at least 2 | processing transactions at once, each a batch of up to `INBOXD_PROCESS_BATCH_SIZE` events of different aggregates. More workers than the database has cores only contend: raise it only with a database that has the cores, or with handlers that wait on calls outside the database"},
 		// The recoverability policy; its defaults are the engine's (process.Default*).
 		{"immediate-retries", "ImmediateRetries", ImmediateRetries, "times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed (-1 or 0: none)",
-			"times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed; `-1` (or `0`): none (see [Recoverability](#recoverability))"},
+			"times a failing handler runs again at once, within one attempt, before the attempt is recorded as failed; `-1` (or `0`; in `inboxd.Config` only `-1`, since a zero field takes the default): none (see [Recoverability](recoverability.md))"},
 		{"max-attempts", "MaxAttempts", MaxAttempts, "recorded handler attempts before an event is DEAD",
 			"recorded attempts before `DEAD`"},
 		{"retry-base-delay", "RetryBaseDelay", RetryBaseDelay, "delay after the first failed attempt; it doubles per attempt up to retry-max-delay, ±10%",
 			"delay after the first failed attempt; it doubles per attempt, ±10%"},
 		{"retry-max-delay", "RetryMaxDelay", RetryMaxDelay, "longest delay between two attempts",
 			"longest delay between two attempts"},
-		{"process-batch-size", "ProcessBatchSize", ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see README)",
+		{"process-batch-size", "ProcessBatchSize", ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see docs/cockroachdb.md)",
 			"events per processing transaction, at most (see \"Batches and CockroachDB\")"},
 		{"handler-timeout", "HandlerTimeout", HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout (at least 5s)",
 			"bound of one handler run (and the processing transactions' `statement_timeout`, at least 5s); an overrun is a failed attempt, and a handler that ignores its context is abandoned with its transaction"},
@@ -341,9 +341,9 @@ func Settings() []Setting {
 		{"outbox-retry-max-delay", "OutboxRetryMaxDelay", OutboxRetryMaxDelay, "longest wait before the relay publishes again a message the broker refused; the wait starts at 1s and doubles per attempt",
 			"longest wait before the relay publishes again a message the broker refused (1s, doubling per attempt); the later messages of its group wait with it, and after a broker outage they go again within this long"},
 		{"retention", "Retention", Retention, "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever",
-			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see Retention); `-1s` (or `0`) keeps them forever"},
+			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see [Retention](operations.md#retention)); `-1s` (or `0`; in `inboxd.Config` only a negative value, since a zero field takes the default) keeps them forever"},
 		{"quarantine-retention", "QuarantineRetention", QuarantineRetention, "how long quarantined messages are kept; -1s or 0 keeps them forever",
-			"how long quarantined messages are kept; `-1s` (or `0`) keeps them forever"},
+			"how long quarantined messages are kept; `-1s` (or `0`; in `inboxd.Config` only a negative value, since a zero field takes the default) keeps them forever"},
 		{"shutdown-timeout", "ShutdownTimeout", ShutdownTimeout, "how long a graceful shutdown may take",
 			"bound of the whole graceful shutdown (all steps together)"},
 		{"stall-after", "StallAfter", StallAfter, "/readyz reports ingest, processing or the feed unhealthy after this long without progress while work waits, or failing",

@@ -17,6 +17,6 @@ func (se *session) noteDialect() {
 	if !d.GroupsMessages() && !stompx.IsTopic(se.dest) {
 		se.log.Info(d.String() + " has no message groups: with several instances consuming this destination, one " +
 			"aggregate's events may be journaled out of order; consume a queue declared with x-single-active-consumer " +
-			"(as /amq/queue/<name>) to keep that order (README, RabbitMQ)")
+			"(as /amq/queue/<name>) to keep that order (docs/rabbitmq.md)")
 	}
 }

@@ -45,7 +45,7 @@ func RunOnDead(eventType string) {
 //
 // It sets the process's garbage collector first (GOGC 400 and a soft memory limit of
 // 512 MiB, or three quarters of the container's limit if lower), unless the
-// environment's GOGC or GOMEMLIMIT says otherwise: see README "Configuration".
+// environment's GOGC or GOMEMLIMIT says otherwise: see docs/configuration.md.
 func Main() int {
 	gctune.Apply(gctune.Decide(os.Getenv, os.ReadFile))
 	return cli.Main(os.Args[1:], os.Stdout, os.Stderr, cli.Options{Handle: handle})
