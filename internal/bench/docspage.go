@@ -76,17 +76,7 @@ func writeDocsPage(w io.Writer, rep *Report, info pageInfo) error {
 		fmt.Fprintf(&b, "- **%s**: %s.\n", m.row, m.what)
 	}
 	b.WriteString("\n## Results\n\n")
-	rows := tableRows(rep)
-	for i, r := range rows {
-		for j := range r {
-			r[j] = strings.ReplaceAll(r[j], "|", `\|`)
-		}
-		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
-		if i == 0 {
-			b.WriteString(strings.Repeat("|---", len(r)) + "|\n")
-		}
-	}
-	fmt.Fprintf(&b, "\n%s.\n", caption(rep))
+	markdownTable(&b, rep)
 
 	notes := rowNotes(rep)
 	if len(notes) > 0 {

@@ -318,10 +318,16 @@ func writeTable(w io.Writer, rep *Report) error {
 
 // writeMarkdown writes the table as Markdown.
 func writeMarkdown(w io.Writer, rep *Report) error {
-	rows := tableRows(rep)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# inboxd bench, %s\n\n", rep.Started.Format(time.RFC3339))
-	for i, r := range rows {
+	markdownTable(&b, rep)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// markdownTable writes the results table as Markdown, then its caption.
+func markdownTable(b *strings.Builder, rep *Report) {
+	for i, r := range tableRows(rep) {
 		for j := range r {
 			r[j] = strings.ReplaceAll(r[j], "|", `\|`)
 		}
@@ -330,9 +336,7 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 			b.WriteString(strings.Repeat("|---", len(r)) + "|\n")
 		}
 	}
-	fmt.Fprintf(&b, "\n%s.\n", caption(rep))
-	_, err := io.WriteString(w, b.String())
-	return err
+	fmt.Fprintf(b, "\n%s.\n", caption(rep))
 }
 
 // writeFiles writes results.json, results.md and results.svg into dir.
