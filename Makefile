@@ -98,12 +98,15 @@ chaos: services
 bench-quick: build services
 	bin/inboxd bench -quick
 
-# Docker users: the whole stack with a CockroachDB cluster (see docker-compose.yml).
+# Docker users: the whole stack (see docker-compose.yml). Its CockroachDB runs under a
+# profile: one node by default, PROFILE=cluster for three. It needs INBOXD_ADMIN_TOKEN and
+# INBOXD_STOMP_PASSCODE in the environment.
+PROFILE ?= single
 up:
-	docker compose up -d --build
+	docker compose --profile $(PROFILE) up -d --build
 
 down:
-	docker compose down
+	docker compose --profile $(PROFILE) down
 
 clean:
 	rm -rf bin var

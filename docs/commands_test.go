@@ -257,3 +257,36 @@ func repoPathExists(p string) bool {
 	}
 	return false
 }
+
+// TestMakeUpNamesAProfile fails when `make up` runs docker compose without a profile:
+// every database in docker-compose.yml belongs to a profile, so none would start.
+func TestMakeUpNamesAProfile(t *testing.T) {
+	mk := readDoc(t, "Makefile")
+	for _, line := range strings.Split(mk, "\n") {
+		if strings.Contains(line, "docker compose") && strings.Contains(line, " up") && !strings.Contains(line, "--profile") {
+			t.Errorf("Makefile: %q starts no database: name a profile (docker-compose.yml)", strings.TrimSpace(line))
+		}
+	}
+}
+
+// TestScriptsDefaultToBuiltBinary fails when a script's default inboxd binary is not the
+// one `make build` writes.
+func TestScriptsDefaultToBuiltBinary(t *testing.T) {
+	dir := filepath.Join(root, "scripts")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := regexp.MustCompile(`INBOXD:-([^}]*)\}`)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range def.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "bin/inboxd" {
+				t.Errorf("scripts/%s: INBOXD defaults to %s; make build writes bin/inboxd", e.Name(), m[1])
+			}
+		}
+	}
+}

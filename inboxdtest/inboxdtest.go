@@ -70,19 +70,20 @@ type Message struct {
 // Outcome is what processing did with an event.
 type Outcome string
 
-// The outcomes Run reports.
-const (
-	// OutcomeProcessed: the handler returned nil; the event is PROCESSED.
-	OutcomeProcessed Outcome = "processed"
-	// OutcomeRejected: the handler returned inboxd.Reject(err); the event is REJECTED.
-	OutcomeRejected Outcome = "rejected"
-	// OutcomeFailed: the handler failed; the event is FAILED and would be retried.
-	OutcomeFailed Outcome = "failed"
-	// OutcomeDead: the handler failed on the event's last attempt; it is DEAD.
-	OutcomeDead Outcome = "dead"
-	// OutcomeDeferred: an earlier event of the aggregate is still pending.
-	OutcomeDeferred Outcome = "deferred"
-)
+// OutcomeProcessed: the handler returned nil; the event is PROCESSED.
+const OutcomeProcessed Outcome = "processed"
+
+// OutcomeRejected: the handler returned inboxd.Reject(err); the event is REJECTED.
+const OutcomeRejected Outcome = "rejected"
+
+// OutcomeFailed: the handler failed; the event is FAILED and would be retried.
+const OutcomeFailed Outcome = "failed"
+
+// OutcomeDead: the handler failed on the event's last attempt; it is DEAD.
+const OutcomeDead Outcome = "dead"
+
+// OutcomeDeferred: an earlier event of the aggregate is still pending.
+const OutcomeDeferred Outcome = "deferred"
 
 // Result is what Run did with one event.
 type Result struct {

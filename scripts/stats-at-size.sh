@@ -6,10 +6,10 @@
 # autovacuum would have. About 25 minutes at 10 M on a busy 2-core machine, ~5 GB.
 #
 #   scripts/stats-at-size.sh [N]           keeps the database inboxd_stats_<N> for reruns
-#   INBOXD=./inboxd PGURL=postgres://postgres@127.0.0.1:5432 scripts/stats-at-size.sh 3000000
+#   INBOXD=bin/inboxd PGURL=postgres://postgres@127.0.0.1:5432 scripts/stats-at-size.sh 3000000
 set -euo pipefail
 N=${1:-10000000}
-INBOXD=${INBOXD:-./inboxd}
+INBOXD=${INBOXD:-bin/inboxd}
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
 DB=inboxd_stats_$N
 ADDR=127.0.0.1:${PORT:-8095}
