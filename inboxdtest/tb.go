@@ -23,7 +23,8 @@ func (x tb) Logf(format string, args ...any)   { x.t.Logf(format, args...) }
 func (x tb) Name() string                      { return x.t.Name() }
 func (x tb) Fatal(args ...any)                 { x.t.Helper(); x.t.Fatalf("%s", fmt.Sprint(args...)) }
 
-// Standalone returns a TB for code outside a test, such as an Example: Fatalf and
+// Standalone returns a TB for code outside a test, such as an Example or a plain
+// program seeding a broker: Fatalf and
 // Skipf panic with their message, and done runs the cleanups (the database's drop) in
 // reverse order.
 func Standalone(name string) (t TB, done func()) {

@@ -43,10 +43,12 @@ func StompAddr() string {
 
 // Integration marks a test that needs a real service: under -short (make test-short,
 // the quick loop) it is skipped, whether or not CI is set, since -short is asked for
-// by name. Every helper here that hands out a service calls it first.
+// by name. Every helper here that hands out a service calls it first. Outside a test
+// binary (inboxdtest.Standalone in a plain program) there is no -short to read:
+// testing.Short would panic there.
 func Integration(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
+	if testing.Testing() && testing.Short() {
 		t.Skip("integration test: -short runs only the tests that need no service")
 	}
 }
