@@ -24,9 +24,8 @@ func (x tb) Name() string                      { return x.t.Name() }
 func (x tb) Fatal(args ...any)                 { x.t.Helper(); x.t.Fatalf("%s", fmt.Sprint(args...)) }
 
 // Standalone returns a TB for code outside a test, such as an Example or a plain
-// program seeding a broker: Fatalf and
-// Skipf panic with their message, and done runs the cleanups (the database's drop) in
-// reverse order.
+// program seeding a broker: Fatalf and Skipf panic with their message, and done runs
+// the cleanups (the database's drop) in reverse order.
 func Standalone(name string) (t TB, done func()) {
 	s := &standalone{name: name}
 	return s, s.done

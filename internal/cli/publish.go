@@ -2,16 +2,24 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/config"
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 func init() {
 	commands["publish"] = command{
-		summary: "publish generated events (with duplicates and malformed ones) to the broker, and optionally verify the journal",
+		summary: "publish one event of your own (-body or -body-file), or generated events with duplicates and malformed ones, to the broker, and optionally verify the journal",
 		run:     runPublish,
 	}
 }
@@ -24,6 +32,8 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		verify               bool
 		verifyWithin         time.Duration
 		eventType, destOverr string
+		body, bodyFile, typ  string
+		headers              = headerFlag{}
 	)
 	cfg, _, err := parseFlags(e, "publish", "[flags]", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&n, "n", 1000, "messages to publish, duplicates and malformed included")
@@ -34,6 +44,10 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		fs.StringVar(&destOverr, "to", "", "destination (default: the first -destination)")
 		fs.BoolVar(&verify, "verify", false, "wait until ingest is done, then check journal and quarantine hold exactly what was sent")
 		fs.DurationVar(&verifyWithin, "verify-timeout", 5*time.Minute, "how long -verify waits for ingest")
+		fs.StringVar(&body, "body", "", `publish this one message body instead of generated ones, e.g. '{"id":"ord-1","type":"order-placed"}'`)
+		fs.StringVar(&bodyFile, "body-file", "", "publish the content of this file (- for standard input) as the one message body")
+		fs.StringVar(&typ, "type", "", "with -body or -body-file: the event-type header (default: the body's \"type\")")
+		fs.Var(headers, "header", "with -body or -body-file: a header name=value, repeatable (e.g. -header aggregate-id=cust-7)")
 	})
 	if err != nil {
 		return err
@@ -41,6 +55,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	dest := cfg.Destinations[0]
 	if destOverr != "" {
 		dest = destOverr
+	}
+	if body != "" || bodyFile != "" || typ != "" || len(headers) > 0 {
+		return publishOne(ctx, e, cfg, dest, body, bodyFile, typ, headers, verify, verifyWithin)
 	}
 	start := time.Now()
 	exp, err := loadgen.Publish(ctx, loadgen.Config{
@@ -79,5 +96,90 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "verified after %s: journal holds exactly the %d unique valid ids, quarantine exactly the %d malformed messages\n",
 		time.Since(start).Round(time.Millisecond), len(exp.IDs), exp.MalformedCount())
+	return nil
+}
+
+// headerFlag is -header name=value, repeatable.
+type headerFlag map[string]string
+
+func (h headerFlag) String() string { return "" }
+
+func (h headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("want name=value: %q", v)
+	}
+	h[strings.TrimSpace(name)] = value
+	return nil
+}
+
+// publishOne publishes one given body with its headers, as a producer would, after
+// checking that inboxd would journal it rather than quarantine it; with verify it waits
+// until the journal holds the event.
+func publishOne(ctx context.Context, e *env, cfg *config.Config, dest, body, bodyFile, typ string, headers map[string]string,
+	verify bool, within time.Duration) error {
+	switch {
+	case body != "" && bodyFile != "":
+		return errors.New("-body and -body-file: give one")
+	case bodyFile == "-":
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return fmt.Errorf("reading the body from standard input: %w", err)
+		}
+		body = string(b)
+	case bodyFile != "":
+		b, err := os.ReadFile(bodyFile)
+		if err != nil {
+			return fmt.Errorf("reading -body-file: %w", err)
+		}
+		body = string(b)
+	case body == "":
+		return errors.New("-type and -header need -body or -body-file")
+	}
+	if typ != "" {
+		headers["event-type"] = typ
+	}
+	src, err := message.ParseIDSource(cfg.IDSource)
+	if err != nil {
+		return err
+	}
+	ev, err := message.Decode([]byte(body), func(name string) string { return headers[name] },
+		message.Options{MaxBodyBytes: cfg.MaxBodyBytes, DefaultEventType: cfg.DefaultEventType, IDSource: src})
+	if err != nil {
+		return fmt.Errorf("inboxd would quarantine this message, not publishing it: %w", err)
+	}
+	pub := stompx.NewPublisher(cfg.Stomp(nil), 1)
+	defer pub.Close()
+	if err := pub.Publish(ctx, dest, []byte(body), headers); err != nil {
+		return fmt.Errorf("publishing to %s: %w", dest, err)
+	}
+	fmt.Fprintf(e.stdout, "published event %s (type %s) to %s: journal id %s\n", message.EventKey(ev.Payload, src), ev.EventType, dest, ev.ID)
+	if !verify {
+		return nil
+	}
+	pool, err := openPool(ctx, cfg, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	vctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := journal.Get(vctx, pool, ev.ID)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, journal.ErrNotFound) && vctx.Err() == nil {
+			return fmt.Errorf("reading the journal: %w", err)
+		}
+		select {
+		case <-vctx.Done():
+			return fmt.Errorf("the journal does not hold event %s after %s", ev.ID, within)
+		case <-tick.C:
+		}
+	}
+	fmt.Fprintf(e.stdout, "verified: the journal holds event %s\n", ev.ID)
 	return nil
 }
