@@ -76,7 +76,8 @@ func (c assembly) run(ctx context.Context) error {
 	cfg, log := c.cfg, c.log
 	if max, min := c.pool.Config().MaxConns, cfg.MinPoolSize(); max < min {
 		// Not fatal: parts wait for a connection, and throughput suffers.
-		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections",
+		log.Warn("the database pool is smaller than inboxd needs; parts will wait for connections: "+
+			"set pgxpool.Config.MaxConns to at least Config.MinPoolSize() before pgxpool.NewWithConfig",
 			"max_conns", max, "want_at_least", min)
 	}
 	dialect, err := database.Detect(ctx, c.pool)
