@@ -8,22 +8,26 @@ import (
 	"strings"
 )
 
-// Release is the release this source tree is, vMAJOR.MINOR.PATCH (CHANGELOG.md, RELEASES).
-// It is raised when a release is cut; a build between two releases reports the last
-// one with its revision.
-const Release = "v0.1.0"
+// Version is this source tree's version: the release's vMAJOR.MINOR.PATCH in the
+// commit that cuts it (with Release true), and the next patch with "-dev" in every
+// commit after it, so that a build of main between two releases never passes for the
+// last one (CONTRIBUTING.md, "Releases").
+const Version = "v0.1.1-dev"
+
+// Release is true only in a release's own commit, where Version is its tag.
+const Release = false
 
 // Info is one build's identity.
 type Info struct {
-	Version   string // Release, or the module version a "go install …@vX.Y.Z" recorded
+	Version   string // Version, or the module version a "go install …@vX.Y.Z" recorded
 	Revision  string // the VCS commit, with "+dirty" for local changes; "unknown" without VCS stamping
 	GoVersion string
 }
 
 // Read returns this binary's Info, from runtime/debug.ReadBuildInfo (the VCS stamp "go
-// build" records in a git checkout) and Release.
+// build" records in a git checkout) and Version.
 func Read() Info {
-	info := Info{Version: Release, Revision: "unknown", GoVersion: runtime.Version()}
+	info := Info{Version: Version, Revision: "unknown", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info

@@ -34,7 +34,7 @@ func TestCommandLine(t *testing.T) {
 		wantOut  string // in stdout or stderr
 	}{
 		{"help lists commands", []string{"help"}, 0, "changefeed"},
-		{"version", []string{"version"}, 0, "inboxd " + buildinfo.Release + " (revision "},
+		{"version", []string{"version"}, 0, "inboxd " + buildinfo.Version + " (revision "},
 		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"bad flag", []string{"migrate", "-no-such-flag"}, 2, "flag provided but not defined"},
 		{"invalid config", []string{"serve", "-ack-mode", "auto"}, 1, "ack-mode"},
