@@ -23,7 +23,8 @@ func (a engineHandler) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) 
 
 func (a engineHandler) event(ev process.Event) Event {
 	return Event{ID: ev.ID, Key: message.EventKey(ev.Payload, a.src), Type: ev.Type, AggregateID: ev.AggregateID,
-		SequenceNo: ev.SequenceNo, Tag: ev.Tag, Payload: ev.Payload, Attempt: ev.Attempt}
+		SequenceNo: ev.SequenceNo, Tag: ev.Tag, Payload: ev.Payload, Attempt: ev.Attempt,
+		Mode: EventMode(ev.Mode), ReplayRun: ev.ReplayRun}
 }
 
 // engineBatchHandler is engineHandler for a BatchHandler, so that the engine sees a

@@ -40,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
@@ -78,7 +79,30 @@ type Event struct {
 	Payload json.RawMessage
 	// Attempt is 1 on the first run, 2 on the first retry, and so on.
 	Attempt int
+	// Mode tells a first run (ModeLive) from a retry, a replay and a shadow run. A
+	// handler that calls out of the database (an email, a payment) skips or changes the
+	// call in a shadow run, whose database work is rolled back but whose calls are not.
+	Mode EventMode
+	// ReplayRun is the id of the replay or shadow run the handler runs in; empty in live
+	// runs and retries.
+	ReplayRun string
 }
+
+// EventMode is how a handler runs (Event.Mode).
+type EventMode string
+
+// The modes of Event.Mode.
+const (
+	// ModeLive is an event's first run.
+	ModeLive EventMode = EventMode(eventctx.Live)
+	// ModeRetry is a run after a failed attempt, or after an operator's retry.
+	ModeRetry EventMode = EventMode(eventctx.Retry)
+	// ModeReplay is a run that reprocesses an event for real.
+	ModeReplay EventMode = EventMode(eventctx.Replay)
+	// ModeShadow is a dry run (Client.ShadowReplay, "inboxd shadow"): everything the
+	// handler does in the database is rolled back and nothing it emits is published.
+	ModeShadow EventMode = EventMode(eventctx.Shadow)
+)
 
 // Handler applies one event's business effect inside tx, the transaction that records
 // the event's outcome.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,4 +96,27 @@ func DialectOf(c *pgx.Conn) Dialect {
 		return CockroachDB
 	}
 	return PostgreSQL
+}
+
+// ShadowBeginSQL begins a shadow run's transaction (internal/replay) with its bounds on
+// live traffic, in one simple query: a lock timeout, so that a row a live transaction
+// holds fails the shadowed event ("timed out") instead of queueing behind it, and a
+// statement timeout. SET LOCAL lasts until the transaction ends on both databases
+// (https://www.cockroachlabs.com/docs/stable/set-vars#set-local), and CockroachDB has
+// lock_timeout (https://www.cockroachlabs.com/docs/stable/session-variables).
+//
+// On CockroachDB it begins PRIORITY LOW too: a low-priority transaction is the one
+// pushed or aborted when it meets a normal one, so live processing wins every conflict
+// (https://www.cockroachlabs.com/docs/stable/transactions#transaction-priorities,
+// https://www.cockroachlabs.com/docs/stable/begin-transaction). AS OF SYSTEM TIME,
+// which would avoid the conflicts, takes read-only transactions only, and a shadow
+// transaction writes (https://www.cockroachlabs.com/docs/stable/as-of-system-time).
+// SERIALIZABLE is explicit, as processing's is, whatever the session's default.
+func (d Dialect) ShadowBeginSQL(lockTimeout, statementTimeout time.Duration) string {
+	begin := "BEGIN"
+	if d == CockroachDB {
+		begin = "BEGIN TRANSACTION PRIORITY LOW, ISOLATION LEVEL SERIALIZABLE"
+	}
+	return fmt.Sprintf("%s; SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
+		begin, max(lockTimeout.Milliseconds(), 1), max(statementTimeout.Milliseconds(), 1))
 }

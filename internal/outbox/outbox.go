@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/sqlbound"
 	"github.com/inboxd/inboxd/internal/tracing"
@@ -70,16 +71,16 @@ const (
 	// the same order. It returns the ids it inserted; the others were already there.
 	sqlInsertRows = `
 WITH input AS (
-	SELECT t.id::UUID AS id, t.destination, t.headers::JSONB AS headers, t.body, t.grp, t.ord
-	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[])
-	     WITH ORDINALITY AS t(id, destination, headers, body, grp, ord)
+	SELECT t.id::UUID AS id, t.destination, t.headers::JSONB AS headers, t.body, t.grp, t.event_id::UUID AS event_id, t.ord
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[], $6::TEXT[])
+	     WITH ORDINALITY AS t(id, destination, headers, body, grp, event_id, ord)
 ),
 block AS MATERIALIZED (
 	SELECT nextval('outbox_seq') AS first_seq
 ),
 ins AS (
-	INSERT INTO outbox (id, destination, headers, body, grp, seq)
-	SELECT i.id, i.destination, i.headers, i.body, i.grp, b.first_seq + i.ord - 1
+	INSERT INTO outbox (id, destination, headers, body, grp, event_id, seq)
+	SELECT i.id, i.destination, i.headers, i.body, i.grp, i.event_id, b.first_seq + i.ord - 1
 	FROM input AS i CROSS JOIN block AS b
 	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
@@ -181,6 +182,12 @@ RETURNING id::TEXT, destination, headers, body, attempts, created_at, grp, seq`
 
 	sqlGet = `SELECT id::TEXT, destination, headers, body, attempts, created_at, sent_at, last_error
 		FROM outbox WHERE id = $1::UUID`
+
+	// sqlEmittedBy reads the rows the given events' handlers emitted, in emit order,
+	// through outbox_event (migration 0018).
+	sqlEmittedBy = `SELECT event_id::TEXT, id::TEXT, destination, headers, body
+		FROM outbox WHERE event_id = ANY ($1::UUID[])
+		ORDER BY event_id, seq`
 )
 
 // Statements returns every statement that runs on both databases, by name, for tests
@@ -189,6 +196,7 @@ func Statements() map[string]string {
 	return map[string]string{
 		"insert": sqlInsert, "pickHeads": sqlPickHeads, "lockHeads": sqlLockHeads, "leaseClaim": sqlLeaseClaim,
 		"settle": sqlSettle, "deleteSent": sqlDeleteSent, "stats": sqlStats, "get": sqlGet, "unsent": sqlUnsent,
+		"emittedBy": sqlEmittedBy,
 	}
 }
 
@@ -332,7 +340,15 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 // are published in the order of msgs, after those the transaction emitted before.
 // An invalid message fails the call with an *InvalidError before anything is written;
 // an id already used is reported as Duplicate, not as an error.
+//
+// Inside a handler (eventctx.From), each row records the event that emitted it. In a
+// shadow run (eventctx.SinkFrom) the messages go to the run's sink, not the outbox.
 func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, error) {
+	var eventID *string
+	if ev, ok := eventctx.From(ctx); ok && ev.ID != "" {
+		eventID = &ev.ID
+	}
+	sink := eventctx.SinkFrom(ctx)
 	out := make([]Emitted, len(msgs))
 	ids := make([]string, len(msgs))
 	dests := make([]string, len(msgs))
@@ -366,11 +382,19 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 		if bodies[i] == nil {
 			bodies[i] = []byte{}
 		}
+		if sink != nil {
+			sink.Add(eventctx.Message{ID: id, Destination: o.Destination, Headers: h, Body: bodies[i]})
+		}
 		if g := o.group(); g != "" {
 			groups[i] = &g
 		}
 		sizes[i] = sqlbound.Value(len(id)) + sqlbound.Value(len(o.Destination)) + sqlbound.Value(len(hj)) +
 			sqlbound.Value(len(o.Body)) + sqlbound.Value(len(o.group()))
+	}
+	if sink != nil {
+		// A shadow run writes nothing: the relay must never see its messages, and an id
+		// the first run wrote is no duplicate for the run it imitates.
+		return out, nil
 	}
 	var todo []int // the messages to write, in order
 	for i := range out {
@@ -391,16 +415,16 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 		} else {
 			runs = runs[1:]
 		}
-		ci, cd, ch, cb, cg := make([]string, len(run)), make([]string, len(run)), make([]string, len(run)), make([][]byte, len(run)), make([]*string, len(run))
+		ci, cd, ch, cb, cg, ce := make([]string, len(run)), make([]string, len(run)), make([]string, len(run)), make([][]byte, len(run)), make([]*string, len(run)), make([]*string, len(run))
 		for k, i := range run {
-			ci[k], cd[k], ch[k], cb[k], cg[k] = ids[i], dests[i], headers[i], bodies[i], groups[i]
+			ci[k], cd[k], ch[k], cb[k], cg[k], ce[k] = ids[i], dests[i], headers[i], bodies[i], groups[i], eventID
 		}
 		var inserted []string
 		var err error
 		if notify {
-			inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg)
+			inserted, err = insertRows(ctx, tx, pgOnlyInsert, ci, cd, ch, cb, cg, ce)
 		} else {
-			inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg)
+			inserted, err = insertRows(ctx, tx, sqlInsert, ci, cd, ch, cb, cg, ce)
 		}
 		if err != nil {
 			return nil, err
@@ -418,10 +442,10 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 
 // insertRows runs one insert statement (sqlInsert or pgOnlyInsert) and returns the ids
 // it wrote.
-func insertRows(ctx context.Context, tx pgx.Tx, sql string, ids, dests, headers []string, bodies [][]byte, groups []*string) ([]string, error) {
+func insertRows(ctx context.Context, tx pgx.Tx, sql string, ids, dests, headers []string, bodies [][]byte, groups, events []*string) ([]string, error) {
 	var inserted []string
 	var notified string
-	if err := tx.QueryRow(ctx, sql, ids, dests, headers, bodies, groups).Scan(&inserted, &notified); err != nil {
+	if err := tx.QueryRow(ctx, sql, ids, dests, headers, bodies, groups, events).Scan(&inserted, &notified); err != nil {
 		return nil, fmt.Errorf("writing %d outbox rows: %w", len(ids), err)
 	}
 	return inserted, nil
@@ -479,4 +503,44 @@ func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
 		return Stats{}, fmt.Errorf("reading outbox stats: %w", err)
 	}
 	return s, nil
+}
+
+// Message is a message an event's handler emitted, as EmittedBy reads it back.
+type Message struct {
+	ID          string
+	Destination string
+	Headers     map[string]string
+	Body        []byte
+}
+
+// EmittedBy returns, by event id and in emit order, the outbox rows the handlers of
+// eventIDs emitted and the outbox still holds. An event without rows is absent: it
+// emitted nothing, its rows were deleted by retention, or they were emitted before the
+// outbox recorded events (or by a set-based call); the caller cannot tell which.
+func EmittedBy(ctx context.Context, db database.DB, eventIDs []string) (map[string][]Message, error) {
+	out := map[string][]Message{}
+	if len(eventIDs) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, sqlEmittedBy, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %d events: %w", len(eventIDs), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ev string
+		var m Message
+		var hj []byte
+		if err := rows.Scan(&ev, &m.ID, &m.Destination, &hj, &m.Body); err != nil {
+			return nil, fmt.Errorf("reading the outbox rows of %d events: %w", len(eventIDs), err)
+		}
+		if err := json.Unmarshal(hj, &m.Headers); err != nil {
+			return nil, fmt.Errorf("decoding outbox row %s headers: %w", m.ID, err)
+		}
+		out[ev] = append(out[ev], m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the outbox rows of %d events: %w", len(eventIDs), err)
+	}
+	return out, nil
 }

@@ -9,6 +9,9 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxd/inboxd/internal/eventctx"
+	"github.com/inboxd/inboxd/internal/journal"
 )
 
 // Event is the engine's view of an event, and what its handlers get: inboxd.Event
@@ -20,6 +23,17 @@ type Event struct {
 	Tag                   string
 	Payload               json.RawMessage
 	Attempt               int
+	Mode                  eventctx.Mode
+	ReplayRun             string
+}
+
+// modeOf is the mode of a claimed event's run: a retry after a failed attempt, or after
+// an operator's retry (which requeues the event as FAILED with no attempts), else live.
+func modeOf(h journal.Head) eventctx.Mode {
+	if h.Attempts > 0 || h.Status == journal.StatusFailed {
+		return eventctx.Retry
+	}
+	return eventctx.Live
 }
 
 // Handler and BatchHandler are the engine's inboxd.Handler and inboxd.BatchHandler,

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/tracing"
 )
@@ -37,7 +38,7 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 	}
 	for _, h := range heads {
 		ev := Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID, SequenceNo: h.SequenceNo,
-			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1}
+			Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1, Mode: modeOf(h)}
 		var out Outcome
 		switch {
 		case applied[h.ID].ok:
@@ -50,18 +51,9 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 			out = OutcomeNotDue
 		default:
 			pol := e.policy(ev.Type)
-			started, runs := time.Now(), 1
+			started := time.Now()
 			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
-			herr, err := e.runHandler(sctx, tx, ev)
-			// Immediate retries: the same attempt, at once, for flukes. A rejection is
-			// final and a missing handler will not appear in the meantime.
-			for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
-				!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
-				e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
-					"attempt", ev.Attempt, "retry", i+1, "error", herr)
-				herr, err = e.runHandler(sctx, tx, ev)
-				runs++
-			}
+			herr, runs, err := e.attempt(sctx, tx, ev)
 			if err != nil {
 				endEventSpan(span, "", herr, err)
 				var to *timeoutError
@@ -88,6 +80,42 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 		}
 	}
 	return r, nil
+}
+
+// attempt runs ev's handler with its immediate retries (the same attempt, at once, for
+// flukes; a rejection is final and a missing handler will not appear in the meantime),
+// returning the last run's error, how many runs it took, and err as runHandler does.
+func (e *Engine) attempt(ctx context.Context, tx pgx.Tx, ev Event) (herr error, runs int, err error) {
+	pol := e.policy(ev.Type)
+	runs = 1
+	herr, err = e.runHandler(ctx, tx, ev)
+	for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
+		!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
+		e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
+			"attempt", ev.Attempt, "retry", i+1, "error", herr)
+		herr, err = e.runHandler(ctx, tx, ev)
+		runs++
+	}
+	return herr, runs, err
+}
+
+// Shadow runs ev's handler in tx exactly as processing does (savepoint, immediate
+// retries, HandlerTimeout, panics caught) and returns the outcome processing would
+// record (processed, rejected, failed or dead) and the handler's error. It records
+// nothing: the caller owns tx and rolls it back. err is a broken transaction, ctx's
+// end, or a timeout (IsTimeout).
+func (e *Engine) Shadow(ctx context.Context, tx pgx.Tx, ev Event) (Outcome, error, error) {
+	herr, _, err := e.attempt(ctx, tx, ev)
+	if err != nil {
+		return "", nil, err
+	}
+	return e.outcome(ev, herr), herr, nil
+}
+
+// IsTimeout reports a handler that overran HandlerTimeout (Shadow's err).
+func IsTimeout(err error) bool {
+	var to *timeoutError
+	return errors.As(err, &to)
 }
 
 // setRun is an event applied by a set-based call, and when and how long the call ran.
@@ -127,7 +155,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 			traces[h.ID] = h.TraceContext
 		}
 		byType[h.EventType] = append(byType[h.EventType], Event{ID: h.ID, Type: h.EventType, AggregateID: h.AggregateID,
-			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1})
+			SequenceNo: h.SequenceNo, Tag: h.Tag, Payload: h.Payload, Attempt: h.Attempts + 1, Mode: modeOf(h)})
 	}
 	for _, typ := range types {
 		evs := byType[typ]
@@ -239,9 +267,19 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
 		return nil, fmt.Errorf("opening handler savepoint: %w", err)
 	}
+	// The event and mode, for Emit (the outbox row's event) and for a shadow run's sink,
+	// whose messages of a rolled-back run are forgotten as their rows would be.
+	ctx = eventctx.With(ctx, eventctx.Event{ID: ev.ID, Mode: ev.Mode})
+	sink, mark := eventctx.SinkFrom(ctx), 0
+	if sink != nil {
+		mark = sink.Len()
+	}
 	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
 		return callHandler(hctx, h, handlerTx{tx}, ev)
 	})
+	if sink != nil && (err != nil || herr != nil) {
+		sink.Truncate(mark)
+	}
 	if err != nil {
 		return nil, err
 	}
