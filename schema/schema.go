@@ -96,7 +96,7 @@ func Migrations() ([]Migration, error) {
 }
 
 // Migrate applies every migration not yet recorded in schema_migrations and returns
-// the names of those it applied; then it checks the schema as Check does, so that a
+// the names of those it applied that have statements (a retired one is recorded only); then it checks the schema as Check does, so that a
 // database a newer release contracted is refused here too (ErrSchemaAhead). It holds the migration lock (see lock) from before it
 // reads schema_migrations until it has run also, the caller's own schema steps (the
 // demo's table), so that of processes that start together exactly one applies each
@@ -120,6 +120,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Conte
 		return Check(ctx, conn)
 	})
 	return done, err
+}
+
+// Retired reports whether m is a retired migration: comments only, its number kept
+// because databases recorded it. Migrate records it without reporting it.
+func (m Migration) Retired() bool {
+	stmts, err := Statements(m.SQL)
+	return err == nil && len(stmts) == 0
 }
 
 // migrateLocked applies the migrations not yet recorded, on conn, which holds the
@@ -181,7 +188,11 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string) ([]st
 		if err := recordMigration(ctx, pool, m, holder); err != nil {
 			return done, err
 		}
-		done = append(done, m.Name)
+		// A retired migration is recorded but changed nothing: reporting it as applied
+		// would claim a table it no longer creates.
+		if len(stmts) > 0 {
+			done = append(done, m.Name)
+		}
 	}
 	return done, nil
 }

@@ -57,7 +57,13 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied, err := schema.Migrate(context.Background(), db.Pool)
-	if err != nil || len(applied) != len(ms) {
+	want := 0
+	for _, m := range ms {
+		if !m.Retired() {
+			want++
+		}
+	}
+	if err != nil || len(applied) != want {
 		t.Fatalf("re-applying all migrations: %v (applied %v)", err, applied)
 	}
 }
@@ -102,7 +108,7 @@ func TestConcurrentMigrate(t *testing.T) {
 		}
 		ms, _ := schema.Migrations()
 		for _, m := range ms {
-			if times[m.Name] != 1 {
+			if !m.Retired() && times[m.Name] != 1 {
 				t.Errorf("round %d: %s applied %d times, want once", round, m.Name, times[m.Name])
 			}
 		}
@@ -166,7 +172,7 @@ func TestConcurrentStartersMigrateOnce(t *testing.T) {
 				}
 			}
 			for _, m := range ms {
-				if times[m.Name] != 1 {
+				if !m.Retired() && times[m.Name] != 1 {
 					t.Errorf("round %d: %s applied %d times, want once", round, m.Name, times[m.Name])
 				}
 			}

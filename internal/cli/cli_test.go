@@ -152,3 +152,18 @@ func TestRetryableAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateReportsOnlyWhatItApplied: on an empty database "inboxd migrate" names the
+// migrations that changed the schema, not a retired one that does nothing (the demo's
+// old customers table, created only by -demo).
+func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDBWith(t, testenv.DBOptions{Empty: true})
+	code, out, errOut := run(t, "migrate", "-database-url", db.URL)
+	if code != 0 || !strings.Contains(out, "applied 0001_journal.sql") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	if strings.Contains(out, "customers") {
+		t.Errorf("migrate without -demo reports the customers table:\n%s", out)
+	}
+}

@@ -207,16 +207,24 @@ func short(d time.Duration) string {
 	return s
 }
 
+// libraryDecides are the settings whose default the library chooses at Run when they are
+// left unset: the changefeed webhook is served, with its certificates, on CockroachDB
+// only, whose changefeeds need it; on PostgreSQL only when the flag or variable asks.
+var libraryDecides = map[string]bool{"webhook-addr": true}
+
 // Register defines the flags on fs and returns the Config they fill. Defaults come from
 // the environment when set. Call Validate after fs.Parse.
 func Register(fs *flag.FlagSet) *Config {
 	c := &Config{}
 	for _, s := range settings(c) {
 		def := s.def
-		if v, ok := os.LookupEnv(s.env); ok {
+		v, envSet := os.LookupEnv(s.env)
+		if envSet {
 			def = v
 		}
-		if err := s.set(def); err != nil {
+		if !envSet && libraryDecides[s.Flag] {
+			// Left zero: Run decides, as for a library program.
+		} else if err := s.set(def); err != nil {
 			// A bad environment value is reported by Validate; keep the built-in default.
 			_ = s.set(s.def)
 			c.envErrs = append(c.envErrs, fmt.Sprintf("%s: %v", s.env, err))

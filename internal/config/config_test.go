@@ -34,13 +34,20 @@ func TestConfig(t *testing.T) {
 	}{
 		{name: "defaults", check: func(c *Config) bool {
 			return c.DatabaseURL == "postgres://postgres@127.0.0.1:5432/inboxd?sslmode=disable" &&
-				c.StompAddr == "127.0.0.1:61613" && c.HTTPAddr == ":8090" && c.WebhookAddr == ":8443" &&
+				c.StompAddr == "127.0.0.1:61613" && c.HTTPAddr == ":8090" && c.WebhookAddr == "" && !c.DisableWebhook &&
 				len(c.Destinations) == 1 && c.Destinations[0] == "/queue/registrations"
 		}},
 		{name: "env fallback", env: map[string]string{"INBOXD_DESTINATION": "/queue/a, /queue/b", "INBOXD_BATCH_LINGER": "5ms"},
 			check: func(c *Config) bool {
 				return len(c.Destinations) == 2 && c.Destinations[1] == "/queue/b" && c.BatchLinger == 5*time.Millisecond
 			}},
+		// The webhook: unset, Run decides (CockroachDB only); set, it is asked for; empty, off.
+		{name: "webhook asked for by env", env: map[string]string{"INBOXD_WEBHOOK_ADDR": ":9443"},
+			check: func(c *Config) bool { return c.WebhookAddr == ":9443" && !c.DisableWebhook }},
+		{name: "webhook asked for by flag", args: []string{"-webhook-addr", "127.0.0.1:9443"},
+			check: func(c *Config) bool { return c.WebhookAddr == "127.0.0.1:9443" && !c.DisableWebhook }},
+		{name: "webhook off", env: map[string]string{"INBOXD_WEBHOOK_ADDR": ""},
+			check: func(c *Config) bool { return c.WebhookAddr == "" && c.DisableWebhook }},
 		{name: "flag beats env", env: map[string]string{"INBOXD_STOMP_ADDR": "env:1"}, args: []string{"-stomp-addr", "flag:2"},
 			check: func(c *Config) bool { return c.StompAddr == "flag:2" }},
 		{name: "bad env number", env: map[string]string{"INBOXD_BATCH_SIZE": "lots"}, wantErr: "INBOXD_BATCH_SIZE"},
