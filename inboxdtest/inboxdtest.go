@@ -7,6 +7,8 @@
 //     recorded), and returns each event's outcome and the messages emitted through the
 //     outbox;
 //   - RequireOutcome and RequireEmitted assert on what Run returned;
+//   - Shadow runs a changed handler over the history Run recorded, as a shadow replay
+//     (nothing committed, nothing published), and reports what it would do differently;
 //   - Publish and WaitSettled drive a running Client through the real broker, for
 //     integration tests.
 //

@@ -19,7 +19,7 @@ type Selection struct {
 	IDs         []string
 }
 
-// sqlSelectSettled reads one keyset page (sequence_no > $7, $8 rows) of the selection:
+// sqlSelectSettled reads one keyset page (sequence_no > $7, $8 rows) of the selection ($9: $6 lists ids):
 // every filter is a parameter, empty meaning none, so that one constant statement
 // serves every selection.
 const sqlSelectSettled = `SELECT ` + recordColumns + `
@@ -29,7 +29,7 @@ const sqlSelectSettled = `SELECT ` + recordColumns + `
 	  AND ($3::TIMESTAMPTZ IS NULL OR received_at >= $3::TIMESTAMPTZ)
 	  AND ($4::TIMESTAMPTZ IS NULL OR received_at < $4::TIMESTAMPTZ)
 	  AND ($5::TEXT = '' OR aggregate_id = $5::TEXT)
-	  AND (cardinality($6::UUID[]) = 0 OR id = ANY ($6::UUID[]))
+	  AND (NOT $9::BOOL OR id = ANY ($6::UUID[]))
 	  AND sequence_no > $7::INT8
 	ORDER BY sequence_no
 	LIMIT $8::INT8`
@@ -55,7 +55,7 @@ func SelectSettled(ctx context.Context, db database.DB, s Selection, after int64
 	if ids == nil {
 		ids = []string{}
 	}
-	rows, err := db.Query(ctx, sqlSelectSettled, statuses, s.EventType, since, until, s.AggregateID, ids, after, limit)
+	rows, err := db.Query(ctx, sqlSelectSettled, statuses, s.EventType, since, until, s.AggregateID, ids, after, limit, len(ids) > 0)
 	if err != nil {
 		return nil, fmt.Errorf("selecting events to shadow: %w", err)
 	}

@@ -89,8 +89,9 @@ func feedCreates() []journal.Statement {
 // pgOnlySites send statements CockroachDB does not have, and only to PostgreSQL: the
 // code checks the database first. Each is named with the reason.
 var pgOnlySites = map[string]string{
-	"schema/withLock":          "pg_advisory_lock/unlock: the migration lock on PostgreSQL; on CockroachDB withLock takes the lease row instead (withLease, whose statements are checked)",
-	"internal/notifier/listen": "LISTEN/UNLISTEN: the notifier runs on PostgreSQL only (the client starts it only there, and it refuses CockroachDB, whose changefeeds wake push and the relay)",
+	"schema/withLock":             "pg_advisory_lock/unlock: the migration lock on PostgreSQL; on CockroachDB withLock takes the lease row instead (withLease, whose statements are checked)",
+	"internal/replay/tableWrites": "pg_stat_xact_user_tables: a shadow run's rows written per table, read on PostgreSQL only (shadowOne checks the Dialect); CockroachDB has no such view",
+	"internal/notifier/listen":    "LISTEN/UNLISTEN: the notifier runs on PostgreSQL only (the client starts it only there, and it refuses CockroachDB, whose changefeeds wake push and the relay)",
 }
 
 func one(name, sql string) func() []journal.Statement {

@@ -1,0 +1,391 @@
+package replay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/bench"
+	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/eventctx"
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/outbox"
+	"github.com/inboxd/inboxd/internal/process"
+	pt "github.com/inboxd/inboxd/internal/process/processtest"
+	"github.com/inboxd/inboxd/internal/replay"
+	"github.com/inboxd/inboxd/internal/testenv"
+)
+
+// The fixture's event kinds and the destination its handler emits to.
+const (
+	kindPlaced    = "order.placed"
+	kindCancelled = "order.cancelled"
+	outDest       = "/queue/shadow-orders"
+)
+
+// noise are the fixture's documented noise rules: the time the handler stamps.
+var noise = []string{"body.$.createdAt", "headers.x-time"}
+
+// orders is the fixture's handler, safe to run again as every handler must be (an
+// upsert, as a projection writes), v1 when its fields are zero; each field is one
+// changed behaviour.
+type orders struct {
+	rejectCancelled bool   // reject every cancellation
+	placedDest      string // emit placements here instead
+	dropCancelled   bool   // emit nothing for cancellations
+	extraRow        bool   // write a second row for placements
+	sleep           time.Duration
+}
+
+func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	if o.sleep > 0 {
+		select {
+		case <-time.After(o.sleep):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var p struct {
+		Bad bool `json:"bad"`
+	}
+	_ = json.Unmarshal(ev.Payload, &p)
+	if p.Bad || (o.rejectCancelled && ev.Type == kindCancelled) {
+		return process.Rejectf("order %s refused", ev.ID)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO shadow_orders (event_id, aggregate_id, kind) VALUES ($1, $2, $3)
+		ON CONFLICT (event_id) DO UPDATE SET kind = excluded.kind`,
+		ev.ID, ev.AggregateID, ev.Type); err != nil {
+		return err
+	}
+	if o.extraRow && ev.Type == kindPlaced {
+		if _, err := tx.Exec(ctx, `INSERT INTO shadow_audit (event_id) VALUES ($1) ON CONFLICT DO NOTHING`, ev.ID); err != nil {
+			return err
+		}
+	}
+	if o.dropCancelled && ev.Type == kindCancelled {
+		return nil
+	}
+	dest := outDest
+	if o.placedDest != "" && ev.Type == kindPlaced {
+		dest = o.placedDest
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	body, _ := json.Marshal(map[string]string{"order": ev.AggregateID, "kind": ev.Type, "createdAt": now})
+	_, err := outbox.Emit(ctx, tx, outbox.Outgoing{Destination: dest, Body: body,
+		Headers: map[string]string{"x-time": now, "kind": ev.Type}, ID: outbox.DerivedID(ev.ID, "v1")})
+	return err
+}
+
+// history is a processed fixture history: n events over 50 aggregates, two kinds,
+// every 40th refused (REJECTED), all processed by the v1 handler.
+type history struct {
+	db        *testenv.DB
+	ids       []string
+	kind      map[string]string
+	rejected  map[string]bool
+	processed int
+}
+
+func newHistory(t *testing.T, n int) *history {
+	t.Helper()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	for _, ddl := range []string{
+		`CREATE TABLE shadow_orders (event_id UUID PRIMARY KEY, aggregate_id TEXT NOT NULL, kind TEXT NOT NULL)`,
+		`CREATE TABLE shadow_audit (event_id UUID PRIMARY KEY)`,
+	} {
+		if _, err := db.Pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &history{db: db, kind: map[string]string{}, rejected: map[string]bool{}}
+	payloads := make([][]byte, n)
+	for i := range n {
+		kind := kindPlaced
+		if i%3 == 2 {
+			kind = kindCancelled
+		}
+		m := map[string]any{"id": pt.NewID(), "type": kind, "aggregateId": fmt.Sprintf("order-%02d", i%50)}
+		if i%40 == 39 {
+			m["bad"] = true
+		}
+		payloads[i], _ = json.Marshal(m)
+	}
+	h.ids = pt.Ingest(t, db.Pool, payloads...)
+	for i, id := range h.ids {
+		h.kind[id] = kindPlaced
+		if i%3 == 2 {
+			h.kind[id] = kindCancelled
+		}
+		h.rejected[id] = i%40 == 39
+	}
+	reg := h.registry(orders{})
+	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- process.NewSweeper(e, process.SweeperConfig{Interval: time.Millisecond, Grace: 0, BatchSize: 100}).Run(sctx)
+	}()
+	testenv.Eventually(t, 2*time.Minute, "history processed", func() bool {
+		return pt.CountStatus(t, db.Pool, "PROCESSED")+pt.CountStatus(t, db.Pool, "REJECTED") == n
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("sweeper: %v", err)
+	}
+	return h
+}
+
+func (h *history) registry(o orders) *process.Registry {
+	reg := process.NewRegistry()
+	reg.Register(kindPlaced, o)
+	reg.Register(kindCancelled, o)
+	return reg
+}
+
+func (h *history) shadow(t *testing.T, o orders, opts replay.Options) *replay.Report {
+	t.Helper()
+	rep, err := replay.Runner{Pool: h.db.Pool, Dialect: database.PostgreSQL, Registry: h.registry(o)}.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func mustPaths(t *testing.T, ss ...string) []replay.Path {
+	t.Helper()
+	p, err := replay.ParsePaths(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checksums is an md5 of every row of every table of the test's schema, by table.
+func checksums(t *testing.T, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, tb := range tables {
+		var sum *string
+		q := fmt.Sprintf(`SELECT md5(string_agg(t::TEXT, E'\n' ORDER BY t::TEXT)) FROM %s AS t`, pgx.Identifier{tb}.Sanitize())
+		if err := pool.QueryRow(ctx, q).Scan(&sum); err != nil {
+			t.Fatalf("%s: %v", tb, err)
+		}
+		out[tb] = fmt.Sprint(sum)
+		if sum != nil {
+			out[tb] = *sum
+		}
+	}
+	return out
+}
+
+// A shadow run over 2,000 processed events changes nothing: every table, inboxd's and
+// the handler's, has the same checksum before and after (sequences are not tables, and
+// a shadow run's nextval calls are not rolled back), and the outbox holds no row the
+// run emitted, so the relay has nothing to publish. It logs the shadow rate with a CPU
+// calibration (bench.Calibrate: seconds for one core to SHA-256 300 MiB).
+func TestShadowRunChangesNothing(t *testing.T) {
+	h := newHistory(t, 2000)
+	before := checksums(t, h.db.Pool)
+	var unsentBefore int64
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_at IS NULL`).Scan(&unsentBefore); err != nil {
+		t.Fatal(err)
+	}
+	calBefore := bench.Calibrate(30)
+	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	calAfter := bench.Calibrate(30)
+	after := checksums(t, h.db.Pool)
+	if len(before) < 5 {
+		t.Fatalf("checksummed only %v", before)
+	}
+	for tb, sum := range before {
+		if after[tb] != sum {
+			t.Errorf("table %s changed: %s → %s", tb, sum, after[tb])
+		}
+	}
+	if rep.Summary.Events != 2000 || rep.Summary.Same != 2000 {
+		t.Fatalf("summary %+v, want 2000 events, all the same", rep.Summary)
+	}
+	var unsent int64
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_at IS NULL`).Scan(&unsent); err != nil {
+		t.Fatal(err)
+	}
+	if unsent != unsentBefore {
+		t.Fatalf("unsent outbox rows %d → %d", unsentBefore, unsent)
+	}
+	t.Logf("shadow rate: %d events in %s, %.0f events/s (GOMAXPROCS %d, calibration %.2f s before, %.2f s after: "+
+		"seconds for one core to SHA-256 300 MiB)", rep.Summary.Events, rep.Finished.Sub(rep.Started).Round(time.Millisecond),
+		rep.Summary.Rate, runtime.GOMAXPROCS(0), calBefore, calAfter)
+}
+
+// The unchanged handler over its own history shows 0 differences with the documented
+// noise rules; without them, the stamped time shows in every emitted message, which
+// proves the rules, not a blind comparison, give the 0.
+func TestShadowUnchangedHandlerNoDifferences(t *testing.T) {
+	h := newHistory(t, 200)
+	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	if rep.Summary.Differing != 0 || rep.Summary.Same != 200 || rep.Summary.MessagesUnknown != 5 {
+		t.Fatalf("with noise rules: %+v; first differences %+v", rep.Summary, first(rep.Events))
+	}
+	raw := h.shadow(t, orders{}, replay.Options{})
+	if raw.Summary.MessagesChanged != 195 {
+		t.Fatalf("without noise rules: %+v, want the 195 emitted messages changed", raw.Summary)
+	}
+}
+
+func first(evs []replay.EventResult) []replay.EventResult {
+	return evs[:min(3, len(evs))]
+}
+
+// Each changed behaviour is reported for exactly the events it affects, under its
+// category, and nothing else: rejecting one kind, emitting to another destination,
+// dropping an emission, writing an extra row (against a baseline run's table writes),
+// and a handler that overruns its timeout.
+func TestShadowFindsEachChange(t *testing.T) {
+	h := newHistory(t, 120)
+	rules := mustPaths(t, noise...)
+	baseline := h.shadow(t, orders{}, replay.Options{Ignore: rules})
+	if baseline.Summary.Differing != 0 || len(baseline.TableWrites) != 120 {
+		t.Fatalf("baseline: %+v, %d table writes", baseline.Summary, len(baseline.TableWrites))
+	}
+	settled := func(kind string) map[string]bool { // processed events of kind (rejected ones already were)
+		out := map[string]bool{}
+		for _, id := range h.ids {
+			if h.kind[id] == kind && !h.rejected[id] {
+				out[id] = true
+			}
+		}
+		return out
+	}
+	all := map[string]bool{}
+	for _, id := range h.ids {
+		all[id] = true
+	}
+	for _, tt := range []struct {
+		name    string
+		h       orders
+		timeout time.Duration
+		want    map[string]bool
+		cats    []replay.Category
+	}{
+		{"reject one kind", orders{rejectCancelled: true}, 0, settled(kindCancelled),
+			[]replay.Category{replay.CategoryOutcome, replay.CategoryError, replay.CategoryRemoved, replay.CategoryTableWrites}},
+		{"emit to another destination", orders{placedDest: "/queue/elsewhere"}, 0, settled(kindPlaced),
+			[]replay.Category{replay.CategoryChanged}},
+		{"drop an emission", orders{dropCancelled: true}, 0, settled(kindCancelled),
+			[]replay.Category{replay.CategoryRemoved}},
+		{"write an extra row", orders{extraRow: true}, 0, settled(kindPlaced),
+			[]replay.Category{replay.CategoryTableWrites}},
+		{"overrun the timeout", orders{sleep: time.Minute}, 100 * time.Millisecond, all,
+			[]replay.Category{replay.CategoryTimedOut}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := replay.Options{Ignore: rules, Baseline: baseline, Timeout: tt.timeout}
+			if tt.timeout > 0 {
+				opts.Limit = 5
+				want := map[string]bool{}
+				for _, id := range h.ids[:5] {
+					want[id] = true
+				}
+				tt.want = want
+			}
+			rep := h.shadow(t, tt.h, opts)
+			got := map[string]bool{}
+			for _, ev := range rep.Events {
+				got[ev.ID] = true
+				if fmt.Sprint(ev.Categories) != fmt.Sprint(tt.cats) {
+					t.Errorf("event %s (%s): categories %v, want %v; %+v", ev.ID, h.kind[ev.ID], ev.Categories, tt.cats, ev)
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Errorf("%d events differ, want %d", len(got), len(tt.want))
+			}
+			for id := range tt.want {
+				if !got[id] {
+					t.Errorf("event %s (%s) not reported", id, h.kind[id])
+				}
+			}
+			if rep.Summary.Differing != len(tt.want) || rep.Summary.Same != rep.Summary.Events-len(tt.want) {
+				t.Errorf("summary %+v", rep.Summary)
+			}
+		})
+	}
+}
+
+// The handler runs as a shadow run: Event.Mode and ReplayRun tell it, and Emit writes
+// nothing to the outbox however the handler emits.
+func TestShadowHandlerSeesShadowMode(t *testing.T) {
+	h := newHistory(t, 3)
+	var modes []string
+	reg := process.NewRegistry()
+	hf := process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		modes = append(modes, string(ev.Mode)+"/"+fmt.Sprint(ev.ReplayRun != ""))
+		if m, ok := eventctx.From(ctx); !ok || m.ID != ev.ID || m.Mode != eventctx.Shadow {
+			return errors.New("the context does not carry the shadowed event")
+		}
+		_, err := outbox.EmitBatch(ctx, tx, []outbox.Outgoing{{Destination: outDest, Body: []byte(`{}`)}})
+		return err
+	})
+	reg.Register(kindPlaced, hf)
+	reg.Register(kindCancelled, hf)
+	rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(modes, ",") != "shadow/true,shadow/true,shadow/true" || rep.Summary.OutcomeChanged != 0 {
+		t.Fatalf("modes %v, summary %+v", modes, rep.Summary)
+	}
+}
+
+// Every format renders, and the HTML escapes what handlers wrote (error texts, bodies).
+func TestReportFormats(t *testing.T) {
+	h := newHistory(t, 6)
+	rep := h.shadow(t, orders{placedDest: "/queue/elsewhere", rejectCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...)})
+	rep.Events[0].Shadow.Error = "<script>alert(1)</script>"
+	for _, f := range []string{replay.FormatJSON, replay.FormatMarkdown, replay.FormatHTML} {
+		var b bytes.Buffer
+		if err := rep.Write(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.Contains(out, "<script>") {
+			t.Errorf("%s: unescaped handler text", f)
+		}
+		for _, want := range []string{"messages changed", "outcome changed", rep.Events[0].ID} {
+			if !strings.Contains(out, want) && !(f == replay.FormatJSON && strings.Contains(want, " ")) {
+				t.Errorf("%s: no %q in\n%s", f, want, out)
+			}
+		}
+	}
+	var b bytes.Buffer
+	_ = rep.Write(&b, replay.FormatJSON)
+	back, err := replay.ReadReport(&b)
+	if err != nil || back.Summary != rep.Summary || len(back.TableWrites) != 6 {
+		t.Fatalf("JSON round trip: %v, %+v", err, back)
+	}
+	if err := rep.Write(&b, "pdf"); err == nil {
+		t.Fatal("unknown format accepted")
+	}
+	_ = sort.Strings
+	_ = journal.StatusProcessed
+}
