@@ -148,13 +148,22 @@ func PickHeads(ctx context.Context, db database.DB, grace time.Duration, limit i
 // ClaimHeads) they are waited for, in sequence order. It never locks a row it was not
 // asked for, and it asks for no more than it still needs.
 func LockPicked(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool) ([]Head, error) {
+	return LockPickedOpening(ctx, tx, picked, grace, limit, skip, "")
+}
+
+// LockPickedOpening is LockPicked, then opens the savepoint named savepoint ("": none)
+// in the round trip of its last lock (see lockOpening). A chunk after the first
+// releases it first, in its own round trip, so that every lock is taken outside it.
+func LockPickedOpening(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool, savepoint string) ([]Head, error) {
 	var out []Head
+	opened := false
 	for len(picked) > 0 && len(out) < limit {
 		n := min(limit-len(out), len(picked))
-		got, err := lockHeads(ctx, tx, skip, picked[:n], grace)
+		got, err := lockOpening(ctx, tx, "claiming due journal entries", savepoint, opened, lockHeadsSQL(skip), picked[:n], grace.Milliseconds())
 		if err != nil {
 			return nil, err
 		}
+		opened = savepoint != ""
 		out = append(out, got...)
 		picked = picked[n:]
 		if !skip {
@@ -194,14 +203,6 @@ func pickIDs(ctx context.Context, tx database.DB, sql string, args ...any) ([]st
 		return nil, fmt.Errorf("picking due aggregate heads: %w", err)
 	}
 	return ids, nil
-}
-
-func lockHeads(ctx context.Context, tx database.DB, skip bool, ids []string, grace time.Duration) ([]Head, error) {
-	rows, err := tx.Query(ctx, lockHeadsSQL(skip), ids, grace.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("claiming due journal entries: %w", err)
-	}
-	return scanHeads(rows, "claiming due journal entries")
 }
 
 // lockAggregateHeadsSQL is SyncHeads' first statement: it makes ingest wait for this

@@ -79,8 +79,11 @@ func TestHotPlansUseKeys(t *testing.T) {
 	backoffs := make([]int64, len(heads))
 	started := make([]time.Time, len(heads))
 	took := make([]int64, len(heads))
+	runs := make([]int64, len(heads))
+	skip := make([]bool, len(heads))
 	for i := range statuses {
 		statuses[i] = string(StatusProcessed)
+		runs[i] = 1
 	}
 	byAggregate := []string{"journal_aggregate_pending", "journal_aggregate_parked"}
 	tests := []planCase{
@@ -91,6 +94,12 @@ func TestHotPlansUseKeys(t *testing.T) {
 			want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "webhook: lock batch", sql: lockBatchSQL, args: []any{heads}, want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "engine: lock one", sql: lockPendingSQL, args: []any{heads[0]}, want: []string{"journal_pkey"}},
+		{name: "settle: one statement (PostgreSQL)", sql: settlePGSQL,
+			args: []any{heads, statuses, errs, backoffs, started, took, runs, skip, RunOnSkipper, aggs},
+			want: append([]string{"journal_pkey"}, byAggregate...)},
+		{name: "settle: one statement (CockroachDB's, on PostgreSQL)", sql: settleCRDBSQL,
+			args: []any{heads, statuses, errs, backoffs, started, took, runs, skip, RunOnSkipper, aggs},
+			want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs, started, took}, want: []string{"journal_pkey"}},
 		{name: "settle: aggregates of", sql: aggregatesOfSQL, args: []any{heads}, want: []string{"journal_pkey"}},
 		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -297,11 +298,13 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 // ingestSQL), and with sequential scans off the lookup is an index scan even when the
 // plan is made on an empty journal, which PostgreSQL would otherwise scan once per
 // entry (TestIngestPlanReadsTheJournalByKey). No other table of the statement is read
-// but through its conflict index. SET LOCAL lasts until the transaction ends: in a
-// pipeline on a pool's connection all the statements share one implicit transaction
-// (https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-FLOW-PIPELINING); in
-// a caller's transaction defaultPlansSQL and defaultSeqScanSQL follow. PostgreSQL
-// only, as customPlansSQL.
+// but through its conflict index. SET LOCAL lasts until the transaction ends. On a
+// pool's connection the pipeline is wrapped in BEGIN … COMMIT, in the same round trip:
+// its statements would share one implicit transaction anyway
+// (https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-FLOW-PIPELINING), but
+// PostgreSQL logs a WARNING for every SET LOCAL outside a transaction block, two lines
+// in the server's log per batch. In a caller's transaction defaultPlansSQL and
+// defaultSeqScanSQL follow. PostgreSQL only: CockroachDB plans its own way.
 const (
 	genericPlanSQL    = `SET LOCAL plan_cache_mode = force_generic_plan`
 	noSeqScanSQL      = `SET LOCAL enable_seqscan = off`
@@ -330,26 +333,45 @@ func sendIngest(ctx context.Context, db database.DB, args []any, out ...any) err
 		}
 		inTx := conn.PgConn().TxStatus() != 'I' // a caller's transaction
 		b := &pgx.Batch{}
+		if !inTx {
+			b.Queue(`BEGIN`)
+		}
 		b.Queue(genericPlanSQL)
 		b.Queue(noSeqScanSQL)
 		b.Queue(ingestSQL, args...)
 		if inTx {
 			b.Queue(defaultPlansSQL)
 			b.Queue(defaultSeqScanSQL)
+		} else {
+			b.Queue(`COMMIT`)
 		}
 		br := c.SendBatch(ctx, b)
-		_, err := br.Exec()
+		var err error
+		if !inTx {
+			_, err = br.Exec()
+		}
+		if err == nil {
+			_, err = br.Exec()
+		}
 		if err == nil {
 			_, err = br.Exec()
 		}
 		if err == nil {
 			err = br.QueryRow().Scan(out...)
 		}
-		for i := 0; inTx && err == nil && i < 2; i++ {
+		for i := 0; err == nil && i < 2 && (inTx || i < 1); i++ {
 			_, err = br.Exec()
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
+		}
+		if !inTx && conn.PgConn().TxStatus() != 'I' && !conn.PgConn().IsClosed() {
+			// A failed statement left the BEGIN open: end it, so that the connection goes
+			// back to the pool clean (pgxpool would close it) and the error is the
+			// statement's, as without BEGIN.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, `ROLLBACK`)
+			cancel()
 		}
 		return err
 	}

@@ -115,3 +115,58 @@ func TestOutcomesArePlannedForTheJournalAsItIs(t *testing.T) {
 		}
 	}
 }
+
+// The settle statement (Settle) is never run from a generic plan, however many batches
+// a connection settles: it is sent unnamed, planned for the journal as it is each
+// time, with no SET LOCAL plan_cache_mode around it, and it leaves plan_cache_mode as
+// the session has it. A generic plan made while the journal was small scanned it whole
+// in every batch once it had grown.
+func TestSettleIsPlannedForTheJournalAsItIs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := singleSession(t)
+	const runs = 8 // PostgreSQL may go generic from the sixth execution
+	for i := range runs {
+		id := fmt.Sprintf("6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0d%02d", i)
+		if _, err := journal.Ingest(ctx, pool, journal.Batch{Entries: []journal.Entry{entry(t, fmt.Sprintf(`{"id":%q}`, id))}}); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var agg string
+		if err := tx.QueryRow(ctx, `SELECT aggregate_id FROM journal WHERE id = $1`, id).Scan(&agg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := journal.Settle(ctx, tx, []journal.Outcome{{ID: id, Status: journal.StatusFailed, Error: "down"}}, []string{agg}); err != nil {
+			t.Fatal(err)
+		}
+		var mode string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "auto" {
+			t.Fatalf("plan_cache_mode after settling = %q, want the session's", mode)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%UPDATE journal ' || 'AS j%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("the settle statement is prepared %d times, want never (a prepared statement goes generic)", n)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM journal WHERE status = 'FAILED' AND attempts = 1`); got != runs {
+		t.Errorf("%d entries settled FAILED, want %d", got, runs)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM journal_attempt`); got != runs {
+		t.Errorf("%d attempts in the history, want %d", got, runs)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM aggregate_head WHERE NOT received AND NOT parked`); got != runs {
+		t.Errorf("%d FAILED heads, want %d", got, runs)
+	}
+}

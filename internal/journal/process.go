@@ -160,11 +160,78 @@ const lockBatchSQL = `
 // cannot deadlock), and returns them. A row another transaction holds is waited for
 // and re-read. An entry already settled is locked too, but left out.
 func LockBatch(ctx context.Context, tx database.DB, ids []string) ([]Head, error) {
-	rows, err := tx.Query(ctx, lockBatchSQL, ids)
-	if err != nil {
-		return nil, fmt.Errorf("locking journal entries: %w", err)
+	return LockBatchOpening(ctx, tx, ids, "")
+}
+
+// LockBatchOpening is LockBatch, then opens the savepoint named savepoint ("": none) in
+// the same round trip (see lockOpening).
+func LockBatchOpening(ctx context.Context, tx database.DB, ids []string, savepoint string) ([]Head, error) {
+	return lockOpening(ctx, tx, "locking journal entries", savepoint, false, lockBatchSQL, ids)
+}
+
+// lockOpening runs a locking statement (lockBatchSQL, lockHeadsSQL) and returns the
+// heads it claimed; then, when savepoint is not "", it opens that savepoint, in the
+// same round trip: the savepoint the caller runs its first handler in, one round trip
+// fewer per batch. release first releases the savepoint an earlier call opened, so
+// that no lock is taken inside it (rolling back to a savepoint releases the row locks
+// taken after it).
+func lockOpening(ctx context.Context, tx database.DB, what, savepoint string, release bool, sql string, args ...any) ([]Head, error) {
+	b, ok := tx.(batchSender)
+	if savepoint == "" || !ok {
+		if release {
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
+				return nil, fmt.Errorf("%s: releasing savepoint: %w", what, err)
+			}
+		}
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		heads, err := scanHeads(rows, what)
+		if err != nil || savepoint == "" {
+			return heads, err
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT "+savepoint); err != nil {
+			return nil, fmt.Errorf("%s: opening savepoint: %w", what, err)
+		}
+		return heads, nil
 	}
-	return scanHeads(rows, "locking journal entries")
+	batch := &pgx.Batch{}
+	if release {
+		batch.Queue("RELEASE SAVEPOINT " + savepoint)
+	}
+	batch.Queue(sql, args...)
+	batch.Queue("SAVEPOINT " + savepoint)
+	br := b.SendBatch(ctx, batch)
+	var (
+		heads []Head
+		err   error
+	)
+	if release {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("%s: releasing savepoint: %w", what, err)
+		}
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err != nil {
+			err = fmt.Errorf("%s: %w", what, err)
+		} else {
+			heads, err = scanHeads(rows, what)
+		}
+	}
+	if err == nil {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("%s: opening savepoint: %w", what, err)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("%s: %w", what, cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return heads, nil
 }
 
 // Outcome is the outcome of one entry in a processing batch.
@@ -179,6 +246,9 @@ type Outcome struct {
 	StartedAt time.Time
 	Took      time.Duration
 	Runs      int
+	// SkipDead, on a DEAD outcome, records it skipped by RunOnSkipper at once (its event
+	// type runs on past DEAD), so that it does not park its aggregate (Settle only).
+	SkipDead bool
 }
 
 // RecordOutcomes records the outcomes of a batch in one statement: the status, one

@@ -60,5 +60,11 @@ func BuiltStatements() []Statement {
 	}
 	add("ClaimHeads/skip", lockHeadsSQL(true))
 	add("ClaimHeads/wait", lockHeadsSQL(false))
+	// lockOpening: a claim's lock, then the handlers' savepoint (process.handlerSavepoint).
+	add("LockOpening/batch", lockBatchSQL)
+	add("LockOpening/skip", lockHeadsSQL(true))
+	add("LockOpening/wait", lockHeadsSQL(false))
+	add("LockOpening/savepoint", "SAVEPOINT inboxd_handler")
+	add("LockOpening/release", "RELEASE SAVEPOINT inboxd_handler")
 	return out
 }

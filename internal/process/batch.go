@@ -16,6 +16,7 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/txstats"
 )
 
 // ProcessBatch processes items and returns their outcomes in the same order. Items are
@@ -90,7 +91,7 @@ func (e *Engine) runParts(ctx context.Context, byPart [][]string) (delivered, er
 			limit := e.cfg.BatchSize
 			for len(ids) > 0 {
 				var n int
-				res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
+				res, l, err := e.batch(ctx, limit, func(_ context.Context, l int) claimFunc {
 					n = min(l, len(ids))
 					return claimDelivered(ids[:n])
 				})
@@ -133,7 +134,7 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int,
 // unless conflicts halved it (batch). The others were not looked at; chain gives them
 // to its next batch.
 func (e *Engine) processDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) (batchResult, int, error) {
-	res, l, err := e.batch(ctx, limit, func(l int) claimFunc {
+	res, l, err := e.batch(ctx, limit, func(ctx context.Context, l int) claimFunc {
 		return e.claimDue(ctx, grace, l, aggregates)
 	})
 	return res, min(l, len(aggregates)), err
@@ -158,14 +159,16 @@ const maxConflicts = 10
 // it whole, and once it keeps conflicting, with half as many events each time. A
 // handler past its deadline is recorded FAILED in a transaction of its own and the
 // batch runs again without it (it is no longer due). claim gets the current size limit;
-// batch returns the limit it ended with.
-func (e *Engine) batch(ctx context.Context, limit int, claim func(limit int) claimFunc) (batchResult, int, error) {
+// batch returns the limit it ended with. claim gets the try's context.
+func (e *Engine) batch(ctx context.Context, limit int, claim func(ctx context.Context, limit int) claimFunc) (batchResult, int, error) {
 	conflicts := 0
 	pause := backoff.Waiter{Policy: backoff.Conflict}
 	timedOut := map[string]Outcome{}
 	setBased := true
 	for {
-		res, err := e.runBatch(ctx, claim(limit), setBased)
+		// Each try is one processing transaction, its pick included, for txstats.
+		tctx := txstats.Start(ctx)
+		res, err := e.runBatch(tctx, claim(tctx, limit), setBased)
 		if err == nil {
 			for id, o := range timedOut {
 				res.outs[id] = o

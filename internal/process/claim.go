@@ -33,13 +33,15 @@ func split(items []Item, parts int) [][]string {
 	return byPart
 }
 
-// claimFunc locks the entries of one batch inside its transaction.
+// claimFunc locks the entries of one batch inside its transaction, then opens the
+// savepoint of the batch's first handler call (handlerSavepoint) in the same round
+// trip.
 type claimFunc func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error)
 
 // claimDelivered claims delivered entries by id (journal.LockBatch).
 func claimDelivered(ids []string) claimFunc {
 	return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
-		return journal.LockBatch(ctx, tx, ids)
+		return journal.LockBatchOpening(ctx, tx, ids, handlerSavepoint)
 	}
 }
 
@@ -57,6 +59,6 @@ func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, a
 		if err != nil {
 			return nil, err
 		}
-		return journal.LockPicked(ctx, tx, picked, grace, limit, aggregates == nil)
+		return journal.LockPickedOpening(ctx, tx, picked, grace, limit, aggregates == nil, handlerSavepoint)
 	}
 }

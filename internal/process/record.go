@@ -15,46 +15,71 @@ import (
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
-// record records the outcomes of a batch's events in its transaction (recordOutcomes)
-// and moves their aggregates on to their next heads (settleHeads); it returns the
-// aggregates left with a head that is not parked.
+// record settles a batch in its transaction: its outcomes, the attempts worth a
+// history row and its aggregates' next heads, in one statement after the head rows'
+// lock (journal.Settle). When the database refuses them for a deterministic reason (not
+// availability), it records the outcomes one by one instead, and an outcome refused
+// alone is recorded with a fixed message in place of the handler's text, then moves
+// the aggregates on: the batch commits, every attempt counts, no handler runs again.
+// (Rolling the batch back instead would re-run all its handlers, and the same refusal
+// would do it again at every sweep: issue 18, 1,023 handler calls for 200 events.) Only
+// an outcome that carries no text, PROCESSED, can still be refused; that is the
+// schema's fault, and the batch fails as a whole. It returns the aggregates left with a
+// head that is not parked.
 func (e *Engine) record(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
-	if err := e.recordOutcomes(ctx, tx, recs); err != nil {
+	aggs, err := e.settling(heads, recs)
+	if err != nil {
 		return nil, err
 	}
-	return e.settleHeads(ctx, tx, heads, recs)
-}
-
-// recordOutcomes records a batch's outcomes in tx with one statement. When the database
-// refuses them for a deterministic reason (not availability), it records them one by
-// one instead, and an outcome refused alone is recorded with a fixed message in place
-// of the handler's text: the batch commits, every attempt counts, no handler runs
-// again. (Rolling the batch back instead would re-run all its handlers, and the same
-// refusal would do it again at every sweep: issue 18, 1,023 handler calls for 200
-// events.) Only an outcome that carries no text, PROCESSED, can still be refused; that
-// is the schema's fault, and the batch fails as a whole.
-func (e *Engine) recordOutcomes(ctx context.Context, tx pgx.Tx, recs []journal.Outcome) error {
-	err := journal.RecordOutcomesGuarded(ctx, tx, recs)
+	next, err := journal.Settle(ctx, tx, recs, aggs)
 	if err == nil || len(recs) == 0 || journal.IsUnavailable(err) || ctx.Err() != nil {
-		return err
+		return next, err
 	}
 	e.log.Warn("the database refused a batch's outcomes; recording them one by one", "events", len(recs), "error", err)
 	for _, r := range recs {
-		err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r})
+		_, err := journal.Settle(ctx, tx, []journal.Outcome{r}, nil)
 		if err == nil {
 			continue
 		}
 		if journal.IsUnavailable(err) || ctx.Err() != nil || r.Status == journal.StatusProcessed {
-			return err
+			return nil, err
 		}
 		e.log.Error("the database refused an event's outcome; recording it with a fixed message instead",
 			"id", r.ID, "status", r.Status, "error", err, "handler_error", r.Error)
 		r.Error = unstorableMessage(err)
-		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{r}); err != nil {
-			return fmt.Errorf("recording event %s with a fixed message: %w", r.ID, err)
+		if _, err := journal.Settle(ctx, tx, []journal.Outcome{r}, nil); err != nil {
+			return nil, fmt.Errorf("recording event %s with a fixed message: %w", r.ID, err)
 		}
 	}
-	return nil
+	return journal.SettleHeads(ctx, tx, aggs)
+}
+
+// settling returns the aggregates of the recorded outcomes, and marks the DEAD outcomes
+// of types that run on (Registry.RunOnDead) to be skipped, so that they do not park
+// their aggregates.
+func (e *Engine) settling(heads []journal.Head, recs []journal.Outcome) ([]string, error) {
+	// recs follow heads' order (runBatch records in sequence order), so one pass
+	// usually pairs them, without a map (this runs for every batch).
+	aggs := make([]string, 0, len(recs))
+	i := 0
+	for k := range recs {
+		r := &recs[k]
+		for i < len(heads) && heads[i].ID != r.ID {
+			i++
+		}
+		if i == len(heads) {
+			i = slices.IndexFunc(heads, func(h journal.Head) bool { return h.ID == r.ID })
+			if i < 0 {
+				return nil, fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
+			}
+		}
+		h := &heads[i]
+		if n := len(aggs); n == 0 || aggs[n-1] != h.AggregateID {
+			aggs = append(aggs, h.AggregateID)
+		}
+		r.SkipDead = r.Status == journal.StatusDead && e.reg.runsOnDead(h.EventType)
+	}
+	return aggs, nil
 }
 
 // settleHeads moves the aggregates of the recorded outcomes on to their next head

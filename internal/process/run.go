@@ -14,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/tracing"
+	"github.com/inboxd/inboxd/internal/txstats"
 )
 
 // ran is what the run stage did with a batch: each head's outcome, and for each event
@@ -31,8 +32,9 @@ type ran struct {
 // error means tx can record nothing; r.outs then holds the outcomes so far.
 func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBased bool) (ran, error) {
 	r := ran{outs: map[string]Outcome{}, recs: make([]journal.Outcome, 0, len(heads)), herrs: map[string]error{}}
-	held := map[string]bool{} // aggregates whose earlier event in this batch did not complete
-	applied, err := e.runSetBased(ctx, tx, heads, setBased)
+	held := map[string]bool{}             // aggregates whose earlier event in this batch did not complete
+	sp := &savepoint{tx: tx, fresh: true} // the claim opened it
+	applied, err := e.runSetBased(ctx, sp, heads, setBased)
 	if err != nil {
 		return r, err
 	}
@@ -53,7 +55,7 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 			pol := e.policy(ev.Type)
 			started := time.Now()
 			sctx, span := e.startEventSpan(ctx, h, ev.Attempt)
-			herr, runs, err := e.attempt(sctx, tx, ev)
+			herr, runs, err := e.attempt(sctx, sp, ev)
 			if err != nil {
 				endEventSpan(span, "", herr, err)
 				var to *timeoutError
@@ -85,15 +87,15 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 // attempt runs ev's handler with its immediate retries (the same attempt, at once, for
 // flukes; a rejection is final and a missing handler will not appear in the meantime),
 // returning the last run's error, how many runs it took, and err as runHandler does.
-func (e *Engine) attempt(ctx context.Context, tx pgx.Tx, ev Event) (herr error, runs int, err error) {
+func (e *Engine) attempt(ctx context.Context, sp *savepoint, ev Event) (herr error, runs int, err error) {
 	pol := e.policy(ev.Type)
 	runs = 1
-	herr, err = e.runHandler(ctx, tx, ev)
+	herr, err = e.runHandler(ctx, sp, ev)
 	for i := 0; err == nil && herr != nil && i < pol.immediate() && ctx.Err() == nil &&
 		!errors.Is(herr, ErrRejected) && !errors.Is(herr, ErrNoHandler); i++ {
 		e.log.Debug("handler failed, retrying at once", "id", ev.ID, "type", e.reg.MetricLabel(ev.Type),
 			"attempt", ev.Attempt, "retry", i+1, "error", herr)
-		herr, err = e.runHandler(ctx, tx, ev)
+		herr, err = e.runHandler(ctx, sp, ev)
 		runs++
 	}
 	return herr, runs, err
@@ -105,7 +107,7 @@ func (e *Engine) attempt(ctx context.Context, tx pgx.Tx, ev Event) (herr error, 
 // nothing: the caller owns tx and rolls it back. err is a broken transaction, ctx's
 // end, or a timeout (IsTimeout).
 func (e *Engine) Shadow(ctx context.Context, tx pgx.Tx, ev Event) (Outcome, error, error) {
-	herr, _, err := e.attempt(ctx, tx, ev)
+	herr, _, err := e.attempt(ctx, &savepoint{tx: tx}, ev)
 	if err != nil {
 		return "", nil, err
 	}
@@ -130,7 +132,8 @@ type setRun struct {
 // the batch), one call per event type with at least two of them. It returns the events
 // it applied; the others (and every event of a call that did not apply all of them
 // cleanly, which is rolled back) are left to the per-event path.
-func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Head, enabled bool) (map[string]setRun, error) {
+func (e *Engine) runSetBased(ctx context.Context, sp *savepoint, heads []journal.Head, enabled bool) (map[string]setRun, error) {
+	tx := sp.tx
 	applied := map[string]setRun{}
 	if !enabled {
 		return applied, nil
@@ -163,7 +166,7 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 			continue
 		}
 		bh, _ := e.reg.batchHandler(typ)
-		if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_set"); err != nil {
+		if err := sp.open(ctx); err != nil {
 			return nil, fmt.Errorf("opening set-based savepoint: %w", err)
 		}
 		var errs []error
@@ -191,20 +194,18 @@ func (e *Engine) runSetBased(ctx context.Context, tx pgx.Tx, heads []journal.Hea
 		} else {
 			endEventSpan(span, "", herr, nil) // left to the per-event path, which has spans of its own
 		}
-		if clean {
-			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_set"); err == nil {
-				for _, ev := range evs {
-					applied[ev.ID] = setRun{ok: true, started: started, took: time.Since(started)}
-				}
-				continue
-			} else if isRetryable(err) {
-				return nil, err
+		// A clean call's savepoint is left open, not released: COMMIT commits it with the
+		// rest (see runHandler).
+		if clean && !txAborted(tx) {
+			for _, ev := range evs {
+				applied[ev.ID] = setRun{ok: true, started: started, took: time.Since(started)}
 			}
+			continue
 		}
 		if notTheHandlers(herr) && txAborted(tx) {
 			return nil, herr
 		}
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_set"); err != nil {
+		if err := sp.rollback(ctx); err != nil {
 			return nil, fmt.Errorf("rolling back a set-based call: %w", err)
 		}
 	}
@@ -253,18 +254,19 @@ func (t *timeoutError) Unwrap() error { return t.err }
 // transaction is abandoned.
 const abandonGrace = time.Second
 
-// runHandler runs the event's handler inside a savepoint. handlerErr is the handler's
+// runHandler runs the event's handler inside a savepoint, left open when it succeeds. handlerErr is the handler's
 // failure, its effects rolled back; err means the transaction itself is broken (or
 // must be retried as a whole) and nothing can be recorded in it. A handler that
 // overruns HandlerTimeout gives a *timeoutError as err: its transaction is rolled back
 // whole, and if it ignores its context even then, the transaction's connection is
 // closed under it, so that it holds no worker, no lock and no connection.
-func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerErr, err error) {
+func (e *Engine) runHandler(ctx context.Context, sp *savepoint, ev Event) (handlerErr, err error) {
 	h, ok := e.reg.Lookup(ev.Type)
 	if !ok {
 		return fmt.Errorf("%w %q (register one and retry the event)", ErrNoHandler, ev.Type), nil
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT inboxd_handler"); err != nil {
+	tx := sp.tx
+	if err := sp.open(ctx); err != nil {
 		return nil, fmt.Errorf("opening handler savepoint: %w", err)
 	}
 	// The event and mode, for Emit (the outbox row's event) and for a shadow run's sink,
@@ -284,15 +286,17 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 		return nil, err
 	}
 	if herr == nil {
-		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT inboxd_handler"); err != nil {
-			if isRetryable(err) {
-				return nil, err
-			}
-			// The handler swallowed an error that aborted the transaction.
-			herr = fmt.Errorf("handler left the transaction unusable: %w", err)
-		} else {
+		// The savepoint of a handler that succeeded is left open, not released: COMMIT
+		// commits it with the rest of the transaction, on PostgreSQL and CockroachDB alike
+		// (https://www.cockroachlabs.com/docs/stable/savepoint,
+		// https://www.cockroachlabs.com/docs/stable/release-savepoint), and a RELEASE would
+		// be one more round trip per event. Whether the handler's statements left the
+		// transaction usable is in the server's last ReadyForQuery (txAborted).
+		if !txAborted(tx) {
 			return nil, nil
 		}
+		// The handler swallowed an error that aborted the transaction.
+		herr = errors.New("handler left the transaction unusable: one of its statements failed, and it returned no error")
 	}
 	if notTheHandlers(herr) && txAborted(tx) {
 		return nil, herr // restart or abort the whole transaction, do not count an attempt
@@ -300,10 +304,45 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("running handler: %w", ctx.Err())
 	}
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT inboxd_handler"); err != nil {
+	if err := sp.rollback(ctx); err != nil {
 		return nil, fmt.Errorf("rolling back handler savepoint after %v: %w", herr, err)
 	}
 	return herr, nil
+}
+
+// handlerSavepoint is the savepoint every handler call (Handle, HandleBatch) runs in.
+const handlerSavepoint = "inboxd_handler"
+
+// savepoint is the handlers' savepoint in a batch's transaction. A call's savepoint is
+// left open when it succeeds, and the next call opens another inside it; COMMIT commits
+// them all. One is opened only when none is fresh: the claim opens the first in its
+// own round trip, and ROLLBACK TO SAVEPOINT leaves the savepoint in place, as it was
+// when opened, ready for the next call
+// (https://www.postgresql.org/docs/15/sql-rollback-to.html,
+// https://www.cockroachlabs.com/docs/stable/savepoint#error-recovery-in-nested-transactions-with-rollback-to-savepoint).
+type savepoint struct {
+	tx    pgx.Tx
+	fresh bool // opened, and nothing ran in it yet
+}
+
+// open makes a fresh savepoint current and marks it used by the call about to run.
+func (s *savepoint) open(ctx context.Context) error {
+	if !s.fresh {
+		if _, err := s.tx.Exec(ctx, "SAVEPOINT "+handlerSavepoint); err != nil {
+			return err
+		}
+	}
+	s.fresh = false
+	return nil
+}
+
+// rollback undoes the call that ran in the current savepoint, which is fresh again.
+func (s *savepoint) rollback(ctx context.Context) error {
+	if _, err := s.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+handlerSavepoint); err != nil {
+		return err
+	}
+	s.fresh = true
+	return nil
 }
 
 // callWithDeadline runs fn (handlers working in tx) under HandlerTimeout. When the
@@ -312,7 +351,7 @@ func (e *Engine) runHandler(ctx context.Context, tx pgx.Tx, ev Event) (handlerEr
 // wakes up, finds a closed connection. err is then a *timeoutError (deadline) or ctx's
 // error; both mean nothing may be recorded in tx.
 func (e *Engine) callWithDeadline(ctx context.Context, tx pgx.Tx, typ string, fn func(context.Context) error) (handlerErr, err error) {
-	hctx, cancel := context.WithTimeout(ctx, e.cfg.HandlerTimeout)
+	hctx, cancel := context.WithTimeout(txstats.Handler(ctx), e.cfg.HandlerTimeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- fn(hctx) }()

@@ -30,6 +30,9 @@ type checker struct {
 var extraColumns = map[string]*types.T{
 	"raw": types.String, "ord": types.Int, "seq": types.Int, "conflict_id": types.Uuid,
 	"found_here": types.Bool, "rn": types.Int, "first_seq": types.Int, "n": types.Int, "u": types.Uuid,
+	"skip": types.Bool, "skipped_by": types.String, "backoff_ms": types.Int, "duration_ms": types.Int, "err": types.String, "runs": types.Int,
+	"pid": types.Uuid, "pseq": types.Int, "pdue": types.TimestampTZ, "pstatus": types.String,
+	"did": types.Uuid, "dseq": types.Int, "ddue": types.TimestampTZ, "parked": types.Bool,
 }
 
 // funcReturns are the return types of the functions inboxd calls; "" means the type of

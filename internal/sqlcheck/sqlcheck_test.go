@@ -19,11 +19,12 @@ import (
 // runtimeSites are the calls whose SQL is assembled at run time, each with the
 // representative statements that stand for it (or why none is needed).
 var runtimeSites = map[string]func() []journal.Statement{
-	"internal/journal/List":           builtPrefix("List/"),
-	"internal/journal/CountMatching":  builtPrefix("CountMatching/"),
-	"internal/journal/Requeue":        builtPrefix("Requeue/"),
-	"internal/journal/ListQuarantine": builtPrefix("ListQuarantine/"),
-	"internal/journal/lockHeads":      builtPrefix("ClaimHeads/"),
+	"internal/journal/List":              builtPrefix("List/"),
+	"internal/journal/CountMatching":     builtPrefix("CountMatching/"),
+	"internal/journal/Requeue":           builtPrefix("Requeue/"),
+	"internal/journal/ListQuarantine":    builtPrefix("ListQuarantine/"),
+	"internal/journal/LockPickedOpening": builtPrefix("ClaimHeads/"),
+	"internal/journal/lockOpening":       builtPrefix("LockOpening/"),
 	// The timeouts of every processing transaction (timeoutStatements), as setTimeouts
 	// sends them one by one and as beginBatchSQL sends them after BEGIN in one query,
 	// on CockroachDB.

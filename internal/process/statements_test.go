@@ -1,0 +1,94 @@
+package process_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/process"
+	pt "github.com/inboxd/inboxd/internal/process/processtest"
+	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/txstats"
+)
+
+// TestProcessingStatementsPerTransaction bounds what inboxd itself sends per processing
+// transaction, the handler's statements apart (txstats): on CockroachDB each statement
+// is at least one round trip to the gateway, and a batch holds its locks that long. It
+// was 10 to 14 statements: a savepoint and its release around the handlers and around
+// the outcomes, plan_cache_mode set and reset, the outcome UPDATE, and the aggregate
+// heads' lock, upsert and delete, each its own statement. The pick of a sweep, on the
+// pool before the transaction begins, counts as the transaction's.
+func TestProcessingStatementsPerTransaction(t *testing.T) {
+	t.Parallel()
+	const (
+		maxStatements = 6
+		maxRoundTrips = 3
+	)
+	for _, tt := range []struct {
+		name     string
+		setBased bool
+		due      bool // claimed by a sweep (pick, then lock); else delivered by id
+		perBatch int  // events per processing transaction
+	}{
+		{name: "set-based handler, swept", setBased: true, due: true, perBatch: 20},
+		{name: "per-event handler, delivered one at a time", perBatch: 1},
+		{name: "per-event handler, swept one at a time", due: true, perBatch: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.NewDB(t)
+			tracer := &txstats.Tracer{}
+			pool := db.OpenPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
+			fx := pt.NewEffects(t, db.Pool)
+			reg := process.NewRegistry()
+			if tt.setBased {
+				reg.Register(pt.EffectType, &setEffects{Effects: fx})
+			} else {
+				reg.Register(pt.EffectType, fx)
+			}
+			e := process.New(pool, reg, process.Config{ImmediateRetries: -1, BatchSize: tt.perBatch, Concurrency: 1}, nil, nil)
+			const n = 60
+			payloads := make([][]byte, n)
+			for i := range payloads {
+				payloads[i] = pt.Payload(pt.Spec{Aggregate: fmt.Sprintf("agg-%d", i%30)})
+			}
+			ids := pt.Ingest(t, db.Pool, payloads...)
+			for processed := 0; processed < n; {
+				if tt.due {
+					outs, _, err := e.ProcessDue(ctx, 0, tt.perBatch, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(outs) == 0 {
+						t.Fatalf("nothing due after %d of %d events", processed, n)
+					}
+					processed += len(outs)
+					continue
+				}
+				if _, err := e.Process(ctx, ids[processed]); err != nil {
+					t.Fatal(err)
+				}
+				processed++
+			}
+			if got := pt.CountStatus(t, db.Pool, journal.StatusProcessed); got != n {
+				t.Fatalf("%d of %d events PROCESSED", got, n)
+			}
+			pt.Check(t, db.Pool)
+			c := tracer.Counts()
+			stmts, rts, hStmts, _ := c.PerTransaction()
+			t.Logf("%d transactions: inboxd %.1f statements in %.1f round trips on average (at most %d in %d), handler %.1f statements",
+				c.Transactions, stmts, rts, c.MaxStatements, c.MaxRoundTrips, hStmts)
+			if c.Transactions == 0 || c.HandlerStatements == 0 {
+				t.Fatalf("counted %+v: the tracer saw no processing", c)
+			}
+			if c.MaxStatements > maxStatements || c.MaxRoundTrips > maxRoundTrips {
+				t.Errorf("inboxd sent up to %d statements in %d round trips in one processing transaction, want at most %d in %d",
+					c.MaxStatements, c.MaxRoundTrips, maxStatements, maxRoundTrips)
+			}
+		})
+	}
+}
