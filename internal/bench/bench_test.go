@@ -620,3 +620,27 @@ func FuzzParseVmHWM(f *testing.F) {
 		}
 	})
 }
+
+// The statements of an e2e-max row are told apart by their text as pg_stat_statements
+// shows them: the demo handler's, ingest's, BEGIN/COMMIT, the bench's own, and the rest,
+// processing's.
+func TestWhoseStatement(t *testing.T) {
+	for _, tt := range []struct{ q, want string }{
+		{"INSERT INTO customers (id, jurisdiction, email, name, registered_at)\n\t\tSELECT $1", "handler"},
+		{"WITH ins AS (\n\tINSERT INTO outbox (id, destination, headers, body, grp, seq) SELECT $1", "handler"},
+		{"WITH input AS (\n\tSELECT t.id::UUID AS id", "ingest"},
+		{"SET LOCAL plan_cache_mode = force_generic_plan", "ingest"},
+		{"SET LOCAL enable_seqscan = off", "ingest"},
+		{"BEGIN", "tx"},
+		{"COMMIT", "tx"},
+		{"SELECT count(*) FROM journal WHERE status IN ($1, $2)", "bench"},
+		{"SELECT s.query FROM pg_stat_statements AS s", "bench"},
+		{"WITH r AS (\n\tSELECT * FROM unnest($1::UUID[])) UPDATE journal", "processing"},
+		{"SAVEPOINT inboxd_handler", "processing"},
+		{"SET LOCAL statement_timeout = 30000", "processing"},
+	} {
+		if got := whose(tt.q); got != tt.want {
+			t.Errorf("whose(%q) = %q, want %q", tt.q, got, tt.want)
+		}
+	}
+}

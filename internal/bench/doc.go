@@ -40,6 +40,13 @@
 //     messages rejected, every job completed with its customer) and set beside them:
 //     "ingest 1.3× this", "e2e-max 3.9× this".
 //
+// Processing's own cost, apart from the handler's: the e2e-max row's note gives the
+// statements and round trips per processing transaction, inboxd's and the demo
+// handler's (a txstats tracer on the child's pool), and every drained row's the WAL
+// bytes per message (pg_stat_wal) and, when the cluster behind -admin-url loads
+// pg_stat_statements, PostgreSQL's time per event split into processing's own
+// statements, the handler's, ingest's and BEGIN/COMMIT (pgstat.go).
+//
 // The header gives a CPU calibration (seconds for one core to SHA-256 300 MiB) at the
 // start and the end of the run, and each row the load average and a calibration sample
 // taken when it started: the machine's speed drifts, and a figure is read beside them.

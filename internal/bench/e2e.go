@@ -24,6 +24,7 @@ import (
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/registration"
+	"github.com/inboxd/inboxd/internal/txstats"
 	"github.com/inboxd/inboxd/internal/webhook"
 	"github.com/inboxd/inboxd/internal/webhook/sinktest"
 )
@@ -252,15 +253,31 @@ func histogram(h prometheus.Histogram) (uint64, float64) {
 // newEngine is the processing side of the end-to-end rows: a pool with the engine's
 // connections on top of ingest's, the demo's registration handler, and metrics.
 func newEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool, *metrics.Metrics, *process.Engine, error) {
-	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency)
+	pool, _, m, eng, err := newTracedEngine(ctx, a, log)
+	return pool, m, eng, err
+}
+
+// newTracedEngine is newEngine with a txstats.Tracer on its pool, which counts the
+// statements of processing transactions.
+func newTracedEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool, *txstats.Tracer, *metrics.Metrics, *process.Engine, error) {
+	tracer := &txstats.Tracer{}
+	pool, err := openTracedPool(ctx, a.DBURL, a.Knobs.PoolSize+a.Knobs.Concurrency, tracer)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	reg := process.NewRegistry()
 	reg.Register(registration.EventType, registration.Handler)
 	m := metrics.New()
 	tp, _ := a.Knobs.tracerProvider()
-	return pool, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency, KickLinger: a.Knobs.KickLinger, TracerProvider: tp}, m, log), nil
+	return pool, tracer, m, process.New(pool, reg, process.Config{Concurrency: a.Knobs.Concurrency, KickLinger: a.Knobs.KickLinger, TracerProvider: tp}, m, log), nil
+}
+
+// statementsNote describes the processing transactions c counted: inboxd's own
+// statements and round trips per transaction, and the handler's.
+func statementsNote(c txstats.Counts) string {
+	stmts, rts, hStmts, hRTs := c.PerTransaction()
+	return fmt.Sprintf("per processing transaction (%d): inboxd %.1f statements in %.1f round trips (at most %d in %d), handler %.1f in %.1f",
+		c.Transactions, stmts, rts, c.MaxStatements, c.MaxRoundTrips, hStmts, hRTs)
 }
 
 // runE2EMax is the e2e-max row: the corpus is on the queue before it starts; ingest and
@@ -270,7 +287,7 @@ func newEngine(ctx context.Context, a rowArgs, log *slog.Logger) (*pgxpool.Pool,
 // backlog row runs it too, and stops once its N fresh events are processed, the
 // blocked backlog staying pending.
 func runE2EMax(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, error) {
-	pool, m, eng, err := newEngine(ctx, a, log)
+	pool, tracer, m, eng, err := newTracedEngine(ctx, a, log)
 	if err != nil {
 		return rowResult{}, err
 	}
@@ -325,7 +342,7 @@ func runE2EMax(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, err
 		}
 	}
 	batches, sum := histogram(m.ProcessSeconds.WithLabelValues(registration.EventType).(prometheus.Histogram))
-	res.Note = fmt.Sprintf("processed %.0f; batch transaction %.1f ms on average per event", counterValue(processed),
-		sum/float64(max(batches, 1))*1e3)
+	res.Note = fmt.Sprintf("processed %.0f; batch transaction %.1f ms on average per event; %s", counterValue(processed),
+		sum/float64(max(batches, 1))*1e3, statementsNote(tracer.Counts()))
 	return res, nil
 }

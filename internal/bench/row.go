@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/journal"
@@ -235,11 +236,19 @@ func naiveConsume(ctx context.Context, a rowArgs, pool *pgxpool.Pool, want int) 
 }
 
 func openPool(ctx context.Context, url string, size int) (*pgxpool.Pool, error) {
+	return openTracedPool(ctx, url, size, nil)
+}
+
+// openTracedPool is openPool with tracer (nil: none) on every connection.
+func openTracedPool(ctx context.Context, url string, size int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database url: %w", err)
 	}
 	cfg.MaxConns = int32(size)
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the database: %w", err)

@@ -228,6 +228,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	m.PublishBrokerCPUPer10k = (serviceCPU(r.pids)["broker"] - svc0["broker"]).Seconds() / float64(n) * 1e4
 	r.logf("rep %d: %s N=%d [%s]: published in %.1fs (host %.2f, broker %.2f CPU s/10k), running", rep, row, n, m.Config,
 		time.Since(t).Seconds(), m.PublishHostCPUPer10k, m.PublishBrokerCPUPer10k)
+	stmtStats := db != nil && enableStatementStats(ctx, db.URL)
 	wal0, walErr := r.walWritten(ctx, db)
 	out, err := runChild(ctx, a, r.pids, nil)
 	if err != nil {
@@ -237,6 +238,13 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	m.fill(out, n)
 	if wal1, err := r.walWritten(ctx, db); err == nil && walErr == nil {
 		m.Note = wal1.since(wal0).per(n) + m.Note
+	}
+	if stmtStats {
+		if t, err := readStatementTimes(ctx, db.URL); err == nil {
+			m.Note = t.note(n) + m.Note
+		} else {
+			r.logf("%v", err)
+		}
 	}
 	published := fmt.Sprintf("publishing them first: host %.2f, broker %.2f CPU s/10k", m.PublishHostCPUPer10k, m.PublishBrokerCPUPer10k)
 	if m.Note != "" {
