@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-stomp/stomp/v3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,7 +24,9 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/replay"
+	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 // The fixture's event kinds and the destination its handler emits to.
@@ -45,6 +48,7 @@ type orders struct {
 	dropCancelled   bool   // emit nothing for cancellations
 	extraRow        bool   // write a second row for placements
 	sleep           time.Duration
+	dest            string // emit here instead of outDest
 }
 
 func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
@@ -76,6 +80,9 @@ func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		return nil
 	}
 	dest := outDest
+	if o.dest != "" {
+		dest = o.dest
+	}
 	if o.placedDest != "" && ev.Type == kindPlaced {
 		dest = o.placedDest
 	}
@@ -97,6 +104,11 @@ type history struct {
 }
 
 func newHistory(t *testing.T, n int) *history {
+	t.Helper()
+	return newHistoryWith(t, n, orders{})
+}
+
+func newHistoryWith(t *testing.T, n int, o orders) *history {
 	t.Helper()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
@@ -129,7 +141,7 @@ func newHistory(t *testing.T, n int) *history {
 		}
 		h.rejected[id] = i%40 == 39
 	}
-	reg := h.registry(orders{})
+	reg := h.registry(o)
 	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -205,14 +217,22 @@ func checksums(t *testing.T, pool *pgxpool.Pool) map[string]string {
 // run emitted, so the relay has nothing to publish. It logs the shadow rate with a CPU
 // calibration (bench.Calibrate: seconds for one core to SHA-256 300 MiB).
 func TestShadowRunChangesNothing(t *testing.T) {
-	h := newHistory(t, 2000)
+	addr := testenv.Broker(t)
+	dest := testenv.Queue(t)
+	h := newHistoryWith(t, 2000, orders{dest: dest})
+	ctx := context.Background()
+	// The history's own messages count as published, so that what the relay finds after
+	// the shadow run is what the run left.
+	if _, err := h.db.Pool.Exec(ctx, `UPDATE outbox SET sent_at = now() WHERE sent_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
 	before := checksums(t, h.db.Pool)
 	var unsentBefore int64
 	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_at IS NULL`).Scan(&unsentBefore); err != nil {
 		t.Fatal(err)
 	}
 	calBefore := bench.Calibrate(30)
-	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	rep := h.shadow(t, orders{dest: dest}, replay.Options{Ignore: mustPaths(t, noise...)})
 	calAfter := bench.Calibrate(30)
 	after := checksums(t, h.db.Pool)
 	if len(before) < 5 {
@@ -232,6 +252,34 @@ func TestShadowRunChangesNothing(t *testing.T) {
 	}
 	if unsent != unsentBefore {
 		t.Fatalf("unsent outbox rows %d → %d", unsentBefore, unsent)
+	}
+	// The broker receives nothing: a relay pass publishes nothing, and the first message
+	// on the destination is a sentinel sent after it.
+	pub := stompx.NewPublisher(stomptest.Config(addr), 1)
+	t.Cleanup(func() { _ = pub.Close() })
+	n, err := outbox.NewRelay(h.db.Pool, pub, outbox.Config{}, nil, nil).RelayOnce(ctx)
+	if err != nil || n != 0 {
+		t.Fatalf("the relay published %d messages (%v) after the shadow run", n, err)
+	}
+	if err := pub.Publish(ctx, dest, []byte("sentinel"), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := stompx.Dial(ctx, stomptest.Config(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.MustDisconnect()
+	sub, err := conn.Subscribe(dest, stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-sub.C:
+		if m.Err != nil || string(m.Body) != "sentinel" {
+			t.Fatalf("the broker got %q (%v) on %s before the sentinel", m.Body, m.Err, dest)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sentinel within 30s")
 	}
 	t.Logf("shadow rate: %d events in %s, %.0f events/s (GOMAXPROCS %d, calibration %.2f s before, %.2f s after: "+
 		"seconds for one core to SHA-256 300 MiB)", rep.Summary.Events, rep.Finished.Sub(rep.Started).Round(time.Millisecond),
