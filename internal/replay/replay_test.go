@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -434,6 +433,94 @@ func TestReportFormats(t *testing.T) {
 	if err := rep.Write(&b, "pdf"); err == nil {
 		t.Fatal("unknown format accepted")
 	}
-	_ = sort.Strings
-	_ = journal.StatusProcessed
+}
+
+// The selection takes exactly the events asked for: by aggregate, by ids, by status,
+// by the time received and by type, and a limit.
+func TestShadowSelection(t *testing.T) {
+	h := newHistory(t, 100)
+	ctx := context.Background()
+	var mid time.Time
+	if err := h.db.Pool.QueryRow(ctx, `SELECT received_at FROM journal WHERE id = $1`, h.ids[50]).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	var rejected int
+	for _, r := range h.rejected {
+		if r {
+			rejected++
+		}
+	}
+	var cancelled int
+	for _, k := range h.kind {
+		if k == kindCancelled {
+			cancelled++
+		}
+	}
+	var received int
+	if err := h.db.Pool.QueryRow(ctx, `SELECT count(*) FROM journal WHERE received_at >= $1`, mid).Scan(&received); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		sel  journal.Selection
+		lim  int
+		want int
+	}{
+		{"all settled", journal.Selection{}, 0, 100},
+		{"one aggregate", journal.Selection{AggregateID: "order-07"}, 0, 2},
+		{"ids", journal.Selection{IDs: []string{h.ids[3], h.ids[97]}}, 0, 2},
+		{"rejected only", journal.Selection{Statuses: []journal.Status{journal.StatusRejected}}, 0, rejected},
+		{"failed only: none", journal.Selection{Statuses: []journal.Status{journal.StatusFailed, journal.StatusDead}}, 0, 0},
+		{"one type", journal.Selection{EventType: kindCancelled}, 0, cancelled},
+		{"received since", journal.Selection{Since: mid}, 0, received},
+		{"received until", journal.Selection{Until: mid}, 0, 100 - received},
+		{"limit", journal.Selection{}, 7, 7},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := h.shadow(t, orders{}, replay.Options{Selection: tt.sel, Limit: tt.lim, Ignore: mustPaths(t, noise...)})
+			if rep.Summary.Events != tt.want || rep.Summary.Same != tt.want {
+				t.Fatalf("summary %+v, want %d events, all the same", rep.Summary, tt.want)
+			}
+		})
+	}
+}
+
+// Messages emitted by a release that did not record the emitting event (event_id NULL,
+// as a v0.1.0 instance of a rolling upgrade writes them) are reported unknown, never
+// as removed or changed.
+func TestShadowUnrecordedMessagesAreUnknown(t *testing.T) {
+	h := newHistory(t, 40)
+	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE outbox SET event_id = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	rep := h.shadow(t, orders{dropCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...)})
+	if rep.Summary.MessagesUnknown != 40 || rep.Summary.Differing != 0 {
+		t.Fatalf("summary %+v, want 40 unknown and no difference", rep.Summary)
+	}
+}
+
+// A row held by a live transaction makes the shadowed event that needs it time out
+// after the lock timeout, instead of queueing behind it; the other events run; and the
+// run is paced by its rate.
+func TestShadowLockTimeoutAndRate(t *testing.T) {
+	h := newHistory(t, 10)
+	ctx := context.Background()
+	live, err := h.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Rollback(ctx)
+	if _, err := live.Exec(ctx, `UPDATE shadow_orders SET kind = kind WHERE event_id = $1`, h.ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...), LockTimeout: 100 * time.Millisecond, Rate: 40})
+	took := time.Since(start)
+	if rep.Summary.TimedOut != 1 || rep.Summary.Same != 9 || len(rep.Events) != 1 || rep.Events[0].ID != h.ids[4] {
+		t.Fatalf("summary %+v, events %+v; want %s timed out, the 9 others the same", rep.Summary, rep.Events, h.ids[4])
+	}
+	// 10 events at 40/s: the 10th starts 225 ms after the first at the earliest.
+	if took < 200*time.Millisecond {
+		t.Fatalf("10 events at 40/s took %s", took)
+	}
 }
