@@ -524,3 +524,38 @@ func TestShadowLockTimeoutAndRate(t *testing.T) {
 		t.Fatalf("10 events at 40/s took %s", took)
 	}
 }
+
+// A replay plan holds the selected events and, by the tail rule, the later settled
+// events of their aggregates, in journal order, with its counts; a plan over its limit
+// is refused.
+func TestBuildPlan(t *testing.T) {
+	h := newHistory(t, 100) // aggregate order-NN has events NN and NN+50
+	ctx := context.Background()
+	p, err := replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Events != 2 || p.Selected != 1 || p.AddedByTail != 1 || p.Items[0].ID != h.ids[0] || p.Items[1].ID != h.ids[50] || p.Aggregates != 1 {
+		t.Fatalf("plan %+v", p)
+	}
+	p, err = replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, true, 0)
+	if err != nil || p.Events != 1 || p.AddedByTail != 0 {
+		t.Fatalf("without the tail rule: %+v, %v", p, err)
+	}
+	// The rejected events are 39 (order-39, followed by 89) and 79 (order-29, the last of it).
+	p, err = replay.BuildPlan(ctx, h.db.Pool, journal.Selection{Statuses: []journal.Status{journal.StatusRejected}}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range p.Items {
+		got = append(got, fmt.Sprintf("%s/%v", it.ID, it.Selected))
+	}
+	want := []string{h.ids[39] + "/true", h.ids[79] + "/true", h.ids[89] + "/false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) || p.Aggregates != 2 || p.Types[kindPlaced]+p.Types[kindCancelled] != 3 {
+		t.Fatalf("plan %v %+v, want %v", got, p, want)
+	}
+	if _, err := replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, false, 1); !errors.Is(err, journal.ErrPlanTooLarge) {
+		t.Fatalf("a plan of 2 under a limit of 1: %v", err)
+	}
+}
