@@ -559,3 +559,45 @@ func TestBuildPlan(t *testing.T) {
 		t.Fatalf("a plan of 2 under a limit of 1: %v", err)
 	}
 }
+
+// A shadow transaction that conflicts (SQLSTATE 40001: on CockroachDB the low-priority
+// shadow transaction is the one aborted) runs again, as processing would, and after
+// its last try is reported as timed out: it gave way to live traffic.
+func TestShadowConflictRetriedThenTimedOut(t *testing.T) {
+	h := newHistory(t, 4)
+	conflict := `DO $$ BEGIN RAISE EXCEPTION 'restart transaction' USING ERRCODE = '40001'; END $$`
+	calls := map[string]int{}
+	flaky := func(times int) process.Handler {
+		return process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+			calls[ev.ID]++
+			if times < 0 || calls[ev.ID] <= times {
+				_, err := tx.Exec(ctx, conflict)
+				return err
+			}
+			return orders{}.Handle(ctx, tx, ev)
+		})
+	}
+	run := func(hd process.Handler) *replay.Report {
+		reg := process.NewRegistry()
+		reg.Register(kindPlaced, hd)
+		reg.Register(kindCancelled, hd)
+		rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(), replay.Options{Ignore: mustPaths(t, noise...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := run(flaky(2)); rep.Summary.Same != 4 {
+		t.Fatalf("two conflicts, then success: %+v %+v", rep.Summary, rep.Events)
+	}
+	clear(calls)
+	rep := run(flaky(-1))
+	if rep.Summary.TimedOut != 4 {
+		t.Fatalf("always conflicting: %+v", rep.Summary)
+	}
+	for id, n := range calls {
+		if n != 3 {
+			t.Errorf("event %s ran %d times, want 3", id, n)
+		}
+	}
+}

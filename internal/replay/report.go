@@ -105,6 +105,7 @@ type EventResult struct {
 	TableWrites     map[string]Writes `json:"tableWrites,omitempty"`
 	BaselineWrites  map[string]Writes `json:"baselineWrites,omitempty"`
 	shadowMsgs      []Message
+	conflict        bool // the transaction conflicted (isConflict): run it again
 }
 
 // compare fills res's differences: outcome, error, messages against recorded (none
