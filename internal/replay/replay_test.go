@@ -407,7 +407,8 @@ func TestShadowHandlerSeesShadowMode(t *testing.T) {
 // Every format renders, and the HTML escapes what handlers wrote (error texts, bodies).
 func TestReportFormats(t *testing.T) {
 	h := newHistory(t, 6)
-	rep := h.shadow(t, orders{placedDest: "/queue/elsewhere", rejectCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...)})
+	baseline := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	rep := h.shadow(t, orders{placedDest: "/queue/elsewhere", rejectCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...), Baseline: baseline})
 	rep.Events[0].Shadow.Error = "<script>alert(1)</script>"
 	for _, f := range []string{replay.FormatJSON, replay.FormatMarkdown, replay.FormatHTML} {
 		var b bytes.Buffer
@@ -418,7 +419,7 @@ func TestReportFormats(t *testing.T) {
 		if strings.Contains(out, "<script>") {
 			t.Errorf("%s: unescaped handler text", f)
 		}
-		for _, want := range []string{"messages changed", "outcome changed", rep.Events[0].ID} {
+		for _, want := range []string{"messages changed", "outcome changed", rep.Events[0].ID, "shadow_orders"} {
 			if !strings.Contains(out, want) && !(f == replay.FormatJSON && strings.Contains(want, " ")) {
 				t.Errorf("%s: no %q in\n%s", f, want, out)
 			}
@@ -599,5 +600,31 @@ func TestShadowConflictRetriedThenTimedOut(t *testing.T) {
 		if n != 3 {
 			t.Errorf("event %s ran %d times, want 3", id, n)
 		}
+	}
+}
+
+// What a handler run emitted before it failed is rolled back with it, as its outbox
+// rows would be: after an immediate retry only the messages of the run that succeeded
+// are compared.
+func TestShadowForgetsMessagesOfAFailedRun(t *testing.T) {
+	h := newHistory(t, 6)
+	calls := map[string]int{}
+	hd := process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		calls[ev.ID]++
+		if err := (orders{}).Handle(ctx, tx, ev); err != nil || calls[ev.ID] > 1 {
+			return err
+		}
+		return errors.New("flaky after emitting")
+	})
+	reg := process.NewRegistry()
+	reg.Register(kindPlaced, hd)
+	reg.Register(kindCancelled, hd)
+	rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(),
+		replay.Options{Ignore: mustPaths(t, noise...), Engine: process.Config{ImmediateRetries: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Same != 6 {
+		t.Fatalf("summary %+v, events %+v", rep.Summary, rep.Events)
 	}
 }
