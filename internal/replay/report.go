@@ -313,7 +313,7 @@ func truncate(s string, n int) string {
 }
 
 var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
-	"trunc": func(s string) string { return truncate(s, 2000) },
+	"trunc":  func(s string) string { return truncate(s, 2000) },
 	"tables": func(a, b map[string]Writes) []string { return slices.Sorted(maps.Keys(mergeKeys(a, b))) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Shadow replay {{.Run}}</title>
