@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,6 +71,91 @@ func SelectSettled(ctx context.Context, db database.DB, s Selection, after int64
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("selecting events to shadow: %w", err)
+	}
+	return out, nil
+}
+
+// PlanItem is one event of a replay plan, in journal order.
+type PlanItem struct {
+	ID          string
+	EventType   string
+	AggregateID string
+	SequenceNo  int64
+	// Selected: the selection chose it; otherwise the tail rule added it.
+	Selected bool
+}
+
+// ErrPlanTooLarge is PlanReplay's error for a plan of more than its limit of events.
+var ErrPlanTooLarge = errors.New("replay plan too large")
+
+// sqlPlanReplay is the selection of sqlSelectSettled (without its page) plus, with $7,
+// the tail rule: for each aggregate with a selected event, every later event of it
+// that was already settled (PROCESSED or REJECTED), so that a replay reapplies the
+// aggregate's history after the first replayed event in journal order. $8 bounds the
+// rows read (the caller asks for one more than it accepts, to tell a plan too large).
+const sqlPlanReplay = `
+WITH sel AS (
+	SELECT id, aggregate_id, sequence_no FROM journal
+	WHERE status = ANY ($1::TEXT[])
+	  AND ($2::TEXT = '' OR event_type = $2::TEXT)
+	  AND ($3::TIMESTAMPTZ IS NULL OR received_at >= $3::TIMESTAMPTZ)
+	  AND ($4::TIMESTAMPTZ IS NULL OR received_at < $4::TIMESTAMPTZ)
+	  AND ($5::TEXT = '' OR aggregate_id = $5::TEXT)
+	  AND (NOT $9::BOOL OR id = ANY ($6::UUID[]))
+),
+firsts AS (
+	SELECT aggregate_id, min(sequence_no) AS first_seq FROM sel GROUP BY aggregate_id
+),
+tail AS (
+	SELECT j.id FROM journal AS j JOIN firsts AS f ON j.aggregate_id = f.aggregate_id
+	WHERE $7::BOOL AND j.sequence_no > f.first_seq AND j.status IN ('PROCESSED', 'REJECTED')
+)
+SELECT j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.id IN (SELECT id FROM sel)
+FROM journal AS j
+WHERE j.id IN (SELECT id FROM sel UNION SELECT id FROM tail)
+ORDER BY j.sequence_no
+LIMIT $8::INT8`
+
+// PlanReplay returns the events a replay of s would run, in journal order: the
+// selected ones and, with tail, the later settled events of their aggregates. It
+// returns ErrPlanTooLarge past limit events.
+func PlanReplay(ctx context.Context, db database.DB, s Selection, tail bool, limit int) ([]PlanItem, error) {
+	statuses := make([]string, 0, len(s.Statuses))
+	for _, st := range s.Statuses {
+		statuses = append(statuses, string(st))
+	}
+	if len(statuses) == 0 {
+		statuses = []string{string(StatusProcessed), string(StatusRejected)}
+	}
+	var since, until *time.Time
+	if !s.Since.IsZero() {
+		since = &s.Since
+	}
+	if !s.Until.IsZero() {
+		until = &s.Until
+	}
+	ids := s.IDs
+	if ids == nil {
+		ids = []string{}
+	}
+	rows, err := db.Query(ctx, sqlPlanReplay, statuses, s.EventType, since, until, s.AggregateID, ids, tail, limit+1, len(ids) > 0)
+	if err != nil {
+		return nil, fmt.Errorf("planning a replay: %w", err)
+	}
+	defer rows.Close()
+	var out []PlanItem
+	for rows.Next() {
+		var it PlanItem
+		if err := rows.Scan(&it.ID, &it.EventType, &it.AggregateID, &it.SequenceNo, &it.Selected); err != nil {
+			return nil, fmt.Errorf("planning a replay: %w", err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("planning a replay: %w", err)
+	}
+	if len(out) > limit {
+		return nil, fmt.Errorf("%w: more than %d events", ErrPlanTooLarge, limit)
 	}
 	return out, nil
 }

@@ -272,16 +272,17 @@ func (e *Engine) runHandler(ctx context.Context, sp *savepoint, ev Event) (handl
 	// The event and mode, for Emit (the outbox row's event) and for a shadow run's sink,
 	// whose messages of a rolled-back run are forgotten as their rows would be.
 	ctx = eventctx.With(ctx, eventctx.Event{ID: ev.ID, Mode: ev.Mode})
-	sink, mark := eventctx.SinkFrom(ctx), 0
-	if sink != nil {
-		mark = sink.Len()
+	if sink := eventctx.SinkFrom(ctx); sink != nil {
+		mark := sink.Len()
+		defer func() {
+			if handlerErr != nil || err != nil {
+				sink.Truncate(mark)
+			}
+		}()
 	}
 	herr, err := e.callWithDeadline(ctx, tx, ev.Type, func(hctx context.Context) error {
 		return callHandler(hctx, h, handlerTx{tx}, ev)
 	})
-	if sink != nil && (err != nil || herr != nil) {
-		sink.Truncate(mark)
-	}
 	if err != nil {
 		return nil, err
 	}

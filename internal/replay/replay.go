@@ -122,8 +122,18 @@ func (r Runner) Run(ctx context.Context, o Options) (*Report, error) {
 				return nil, err
 			}
 			res, writes, err := r.shadowOne(ctx, eng, begin, run, rec)
+			// A conflict the whole transaction must retry: on CockroachDB the low-priority
+			// shadow transaction is the one aborted when it meets a live one. Run it again a
+			// few times, as processing would, then report it as timed out: it gave way.
+			for try := 1; err == nil && res.conflict && try < maxConflictTries; try++ {
+				res, writes, err = r.shadowOne(ctx, eng, begin, run, rec)
+			}
 			if err != nil {
 				return nil, err
+			}
+			if res.conflict {
+				res.TimedOut = true
+				res.Shadow.Outcome = "timed out"
 			}
 			if writes != nil {
 				rep.TableWrites[rec.ID] = writes
@@ -209,6 +219,7 @@ func (r Runner) shadowOne(ctx context.Context, eng *process.Engine, begin, run s
 		return res, nil, nil
 	case err != nil:
 		res.Shadow = Outcome{Outcome: OutcomeFailed, Error: err.Error()}
+		res.conflict = isConflict(err)
 		return res, nil, nil
 	case herr != nil && isTimeoutCode(herr):
 		res.TimedOut = true
@@ -283,6 +294,16 @@ func tableWrites(ctx context.Context, tx pgx.Tx) (map[string]Writes, error) {
 func isTimeoutCode(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014")
+}
+
+// maxConflictTries bounds the runs of an event whose transaction conflicts.
+const maxConflictTries = 3
+
+// isConflict reports a transaction conflict to retry whole (SQLSTATE 40001, and
+// CockroachDB's CR000), as processing retries it.
+func isConflict(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "CR000")
 }
 
 // The outcomes a report shows.

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-stomp/stomp/v3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,7 +23,9 @@ import (
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/replay"
+	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/testenv"
+	"github.com/inboxd/inboxd/internal/testenv/stomptest"
 )
 
 // The fixture's event kinds and the destination its handler emits to.
@@ -45,6 +47,7 @@ type orders struct {
 	dropCancelled   bool   // emit nothing for cancellations
 	extraRow        bool   // write a second row for placements
 	sleep           time.Duration
+	dest            string // emit here instead of outDest
 }
 
 func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
@@ -76,6 +79,9 @@ func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 		return nil
 	}
 	dest := outDest
+	if o.dest != "" {
+		dest = o.dest
+	}
 	if o.placedDest != "" && ev.Type == kindPlaced {
 		dest = o.placedDest
 	}
@@ -97,6 +103,11 @@ type history struct {
 }
 
 func newHistory(t *testing.T, n int) *history {
+	t.Helper()
+	return newHistoryWith(t, n, orders{})
+}
+
+func newHistoryWith(t *testing.T, n int, o orders) *history {
 	t.Helper()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
@@ -129,7 +140,7 @@ func newHistory(t *testing.T, n int) *history {
 		}
 		h.rejected[id] = i%40 == 39
 	}
-	reg := h.registry(orders{})
+	reg := h.registry(o)
 	e := process.New(db.Pool, reg, process.Config{}, nil, nil)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -205,14 +216,22 @@ func checksums(t *testing.T, pool *pgxpool.Pool) map[string]string {
 // run emitted, so the relay has nothing to publish. It logs the shadow rate with a CPU
 // calibration (bench.Calibrate: seconds for one core to SHA-256 300 MiB).
 func TestShadowRunChangesNothing(t *testing.T) {
-	h := newHistory(t, 2000)
+	addr := testenv.Broker(t)
+	dest := testenv.Queue(t)
+	h := newHistoryWith(t, 2000, orders{dest: dest})
+	ctx := context.Background()
+	// The history's own messages count as published, so that what the relay finds after
+	// the shadow run is what the run left.
+	if _, err := h.db.Pool.Exec(ctx, `UPDATE outbox SET sent_at = now() WHERE sent_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
 	before := checksums(t, h.db.Pool)
 	var unsentBefore int64
 	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE sent_at IS NULL`).Scan(&unsentBefore); err != nil {
 		t.Fatal(err)
 	}
 	calBefore := bench.Calibrate(30)
-	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	rep := h.shadow(t, orders{dest: dest}, replay.Options{Ignore: mustPaths(t, noise...)})
 	calAfter := bench.Calibrate(30)
 	after := checksums(t, h.db.Pool)
 	if len(before) < 5 {
@@ -232,6 +251,34 @@ func TestShadowRunChangesNothing(t *testing.T) {
 	}
 	if unsent != unsentBefore {
 		t.Fatalf("unsent outbox rows %d → %d", unsentBefore, unsent)
+	}
+	// The broker receives nothing: a relay pass publishes nothing, and the first message
+	// on the destination is a sentinel sent after it.
+	pub := stompx.NewPublisher(stomptest.Config(addr), 1)
+	t.Cleanup(func() { _ = pub.Close() })
+	n, err := outbox.NewRelay(h.db.Pool, pub, outbox.Config{}, nil, nil).RelayOnce(ctx)
+	if err != nil || n != 0 {
+		t.Fatalf("the relay published %d messages (%v) after the shadow run", n, err)
+	}
+	if err := pub.Publish(ctx, dest, []byte("sentinel"), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := stompx.Dial(ctx, stomptest.Config(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.MustDisconnect()
+	sub, err := conn.Subscribe(dest, stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-sub.C:
+		if m.Err != nil || string(m.Body) != "sentinel" {
+			t.Fatalf("the broker got %q (%v) on %s before the sentinel", m.Body, m.Err, dest)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sentinel within 30s")
 	}
 	t.Logf("shadow rate: %d events in %s, %.0f events/s (GOMAXPROCS %d, calibration %.2f s before, %.2f s after: "+
 		"seconds for one core to SHA-256 300 MiB)", rep.Summary.Events, rep.Finished.Sub(rep.Started).Round(time.Millisecond),
@@ -360,7 +407,8 @@ func TestShadowHandlerSeesShadowMode(t *testing.T) {
 // Every format renders, and the HTML escapes what handlers wrote (error texts, bodies).
 func TestReportFormats(t *testing.T) {
 	h := newHistory(t, 6)
-	rep := h.shadow(t, orders{placedDest: "/queue/elsewhere", rejectCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...)})
+	baseline := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...)})
+	rep := h.shadow(t, orders{placedDest: "/queue/elsewhere", rejectCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...), Baseline: baseline})
 	rep.Events[0].Shadow.Error = "<script>alert(1)</script>"
 	for _, f := range []string{replay.FormatJSON, replay.FormatMarkdown, replay.FormatHTML} {
 		var b bytes.Buffer
@@ -371,7 +419,7 @@ func TestReportFormats(t *testing.T) {
 		if strings.Contains(out, "<script>") {
 			t.Errorf("%s: unescaped handler text", f)
 		}
-		for _, want := range []string{"messages changed", "outcome changed", rep.Events[0].ID} {
+		for _, want := range []string{"messages changed", "outcome changed", rep.Events[0].ID, "shadow_orders"} {
 			if !strings.Contains(out, want) && !(f == replay.FormatJSON && strings.Contains(want, " ")) {
 				t.Errorf("%s: no %q in\n%s", f, want, out)
 			}
@@ -386,6 +434,197 @@ func TestReportFormats(t *testing.T) {
 	if err := rep.Write(&b, "pdf"); err == nil {
 		t.Fatal("unknown format accepted")
 	}
-	_ = sort.Strings
-	_ = journal.StatusProcessed
+}
+
+// The selection takes exactly the events asked for: by aggregate, by ids, by status,
+// by the time received and by type, and a limit.
+func TestShadowSelection(t *testing.T) {
+	h := newHistory(t, 100)
+	ctx := context.Background()
+	var mid time.Time
+	if err := h.db.Pool.QueryRow(ctx, `SELECT received_at FROM journal WHERE id = $1`, h.ids[50]).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	var rejected int
+	for _, r := range h.rejected {
+		if r {
+			rejected++
+		}
+	}
+	var cancelled int
+	for _, k := range h.kind {
+		if k == kindCancelled {
+			cancelled++
+		}
+	}
+	var received int
+	if err := h.db.Pool.QueryRow(ctx, `SELECT count(*) FROM journal WHERE received_at >= $1`, mid).Scan(&received); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		sel  journal.Selection
+		lim  int
+		want int
+	}{
+		{"all settled", journal.Selection{}, 0, 100},
+		{"one aggregate", journal.Selection{AggregateID: "order-07"}, 0, 2},
+		{"ids", journal.Selection{IDs: []string{h.ids[3], h.ids[97]}}, 0, 2},
+		{"rejected only", journal.Selection{Statuses: []journal.Status{journal.StatusRejected}}, 0, rejected},
+		{"failed only: none", journal.Selection{Statuses: []journal.Status{journal.StatusFailed, journal.StatusDead}}, 0, 0},
+		{"one type", journal.Selection{EventType: kindCancelled}, 0, cancelled},
+		{"received since", journal.Selection{Since: mid}, 0, received},
+		{"received until", journal.Selection{Until: mid}, 0, 100 - received},
+		{"limit", journal.Selection{}, 7, 7},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := h.shadow(t, orders{}, replay.Options{Selection: tt.sel, Limit: tt.lim, Ignore: mustPaths(t, noise...)})
+			if rep.Summary.Events != tt.want || rep.Summary.Same != tt.want {
+				t.Fatalf("summary %+v, want %d events, all the same", rep.Summary, tt.want)
+			}
+		})
+	}
+}
+
+// Messages emitted by a release that did not record the emitting event (event_id NULL,
+// as a v0.1.0 instance of a rolling upgrade writes them) are reported unknown, never
+// as removed or changed.
+func TestShadowUnrecordedMessagesAreUnknown(t *testing.T) {
+	h := newHistory(t, 40)
+	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE outbox SET event_id = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	rep := h.shadow(t, orders{dropCancelled: true}, replay.Options{Ignore: mustPaths(t, noise...)})
+	if rep.Summary.MessagesUnknown != 40 || rep.Summary.Differing != 0 {
+		t.Fatalf("summary %+v, want 40 unknown and no difference", rep.Summary)
+	}
+}
+
+// A row held by a live transaction makes the shadowed event that needs it time out
+// after the lock timeout, instead of queueing behind it; the other events run; and the
+// run is paced by its rate.
+func TestShadowLockTimeoutAndRate(t *testing.T) {
+	h := newHistory(t, 10)
+	ctx := context.Background()
+	live, err := h.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Rollback(ctx)
+	if _, err := live.Exec(ctx, `UPDATE shadow_orders SET kind = kind WHERE event_id = $1`, h.ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep := h.shadow(t, orders{}, replay.Options{Ignore: mustPaths(t, noise...), LockTimeout: 100 * time.Millisecond, Rate: 40})
+	took := time.Since(start)
+	if rep.Summary.TimedOut != 1 || rep.Summary.Same != 9 || len(rep.Events) != 1 || rep.Events[0].ID != h.ids[4] {
+		t.Fatalf("summary %+v, events %+v; want %s timed out, the 9 others the same", rep.Summary, rep.Events, h.ids[4])
+	}
+	// 10 events at 40/s: the 10th starts 225 ms after the first at the earliest.
+	if took < 200*time.Millisecond {
+		t.Fatalf("10 events at 40/s took %s", took)
+	}
+}
+
+// A replay plan holds the selected events and, by the tail rule, the later settled
+// events of their aggregates, in journal order, with its counts; a plan over its limit
+// is refused.
+func TestBuildPlan(t *testing.T) {
+	h := newHistory(t, 100) // aggregate order-NN has events NN and NN+50
+	ctx := context.Background()
+	p, err := replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Events != 2 || p.Selected != 1 || p.AddedByTail != 1 || p.Items[0].ID != h.ids[0] || p.Items[1].ID != h.ids[50] || p.Aggregates != 1 {
+		t.Fatalf("plan %+v", p)
+	}
+	p, err = replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, true, 0)
+	if err != nil || p.Events != 1 || p.AddedByTail != 0 {
+		t.Fatalf("without the tail rule: %+v, %v", p, err)
+	}
+	// The rejected events are 39 (order-39, followed by 89) and 79 (order-29, the last of it).
+	p, err = replay.BuildPlan(ctx, h.db.Pool, journal.Selection{Statuses: []journal.Status{journal.StatusRejected}}, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range p.Items {
+		got = append(got, fmt.Sprintf("%s/%v", it.ID, it.Selected))
+	}
+	want := []string{h.ids[39] + "/true", h.ids[79] + "/true", h.ids[89] + "/false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) || p.Aggregates != 2 || p.Types[kindPlaced]+p.Types[kindCancelled] != 3 {
+		t.Fatalf("plan %v %+v, want %v", got, p, want)
+	}
+	if _, err := replay.BuildPlan(ctx, h.db.Pool, journal.Selection{IDs: []string{h.ids[0]}}, false, 1); !errors.Is(err, journal.ErrPlanTooLarge) {
+		t.Fatalf("a plan of 2 under a limit of 1: %v", err)
+	}
+}
+
+// A shadow transaction that conflicts (SQLSTATE 40001: on CockroachDB the low-priority
+// shadow transaction is the one aborted) runs again, as processing would, and after
+// its last try is reported as timed out: it gave way to live traffic.
+func TestShadowConflictRetriedThenTimedOut(t *testing.T) {
+	h := newHistory(t, 4)
+	conflict := `DO $$ BEGIN RAISE EXCEPTION 'restart transaction' USING ERRCODE = '40001'; END $$`
+	calls := map[string]int{}
+	flaky := func(times int) process.Handler {
+		return process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+			calls[ev.ID]++
+			if times < 0 || calls[ev.ID] <= times {
+				_, err := tx.Exec(ctx, conflict)
+				return err
+			}
+			return orders{}.Handle(ctx, tx, ev)
+		})
+	}
+	run := func(hd process.Handler) *replay.Report {
+		reg := process.NewRegistry()
+		reg.Register(kindPlaced, hd)
+		reg.Register(kindCancelled, hd)
+		rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(), replay.Options{Ignore: mustPaths(t, noise...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := run(flaky(2)); rep.Summary.Same != 4 {
+		t.Fatalf("two conflicts, then success: %+v %+v", rep.Summary, rep.Events)
+	}
+	clear(calls)
+	rep := run(flaky(-1))
+	if rep.Summary.TimedOut != 4 {
+		t.Fatalf("always conflicting: %+v", rep.Summary)
+	}
+	for id, n := range calls {
+		if n != 3 {
+			t.Errorf("event %s ran %d times, want 3", id, n)
+		}
+	}
+}
+
+// What a handler run emitted before it failed is rolled back with it, as its outbox
+// rows would be: after an immediate retry only the messages of the run that succeeded
+// are compared.
+func TestShadowForgetsMessagesOfAFailedRun(t *testing.T) {
+	h := newHistory(t, 6)
+	calls := map[string]int{}
+	hd := process.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+		calls[ev.ID]++
+		if err := (orders{}).Handle(ctx, tx, ev); err != nil || calls[ev.ID] > 1 {
+			return err
+		}
+		return errors.New("flaky after emitting")
+	})
+	reg := process.NewRegistry()
+	reg.Register(kindPlaced, hd)
+	reg.Register(kindCancelled, hd)
+	rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(),
+		replay.Options{Ignore: mustPaths(t, noise...), Engine: process.Config{ImmediateRetries: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Same != 6 {
+		t.Fatalf("summary %+v, events %+v", rep.Summary, rep.Events)
+	}
 }

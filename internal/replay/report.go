@@ -105,6 +105,7 @@ type EventResult struct {
 	TableWrites     map[string]Writes `json:"tableWrites,omitempty"`
 	BaselineWrites  map[string]Writes `json:"baselineWrites,omitempty"`
 	shadowMsgs      []Message
+	conflict        bool // the transaction conflicted (isConflict): run it again
 }
 
 // compare fills res's differences: outcome, error, messages against recorded (none
@@ -312,7 +313,8 @@ func truncate(s string, n int) string {
 }
 
 var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
-	"trunc": func(s string) string { return truncate(s, 2000) },
+	"trunc":  func(s string) string { return truncate(s, 2000) },
+	"tables": func(a, b map[string]Writes) []string { return slices.Sorted(maps.Keys(mergeKeys(a, b))) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Shadow replay {{.Run}}</title>
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em}</style>
@@ -327,7 +329,7 @@ var htmlReport = template.Must(template.New("report").Funcs(template.FuncMap{
 {{range .Messages}}<li>message {{.Index}} {{.Change}}:
  recorded {{with .Recorded}}<code>{{.Destination}}</code><pre>{{trunc .Body}}</pre>{{else}}none{{end}}
  shadow {{with .Shadow}}<code>{{.Destination}}</code><pre>{{trunc .Body}}</pre>{{else}}none{{end}}</li>{{end}}
-{{$b := .BaselineWrites}}{{range $t, $w := .TableWrites}}<li>table <code>{{$t}}</code>: shadow {{$w}}, baseline {{index $b $t}}</li>{{end}}
+{{$ev := .}}{{range tables .TableWrites .BaselineWrites}}<li>table <code>{{.}}</code>: baseline {{index $ev.BaselineWrites .}}, shadow {{index $ev.TableWrites .}}</li>{{end}}
 </ul>{{end}}
 </body></html>
 `))
