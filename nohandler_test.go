@@ -83,6 +83,9 @@ func TestNoHandler(t *testing.T) {
 			if tt.mode != "park" {
 				return
 			}
+			if !strings.Contains(l, "event parked") {
+				t.Errorf("the parked event's log line does not say it is parked:\n%s", l)
+			}
 			stop()
 			_, stop = start("order-placed", "payment-captured")
 			if got := inboxdtest.WaitSettled(t, db.Pool, id, 30*time.Second); got != string(journal.StatusProcessed) {

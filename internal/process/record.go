@@ -186,6 +186,11 @@ func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error)
 	if len(typ) > maxLoggedType {
 		typ = strings.ToValidUTF8(typ[:maxLoggedType], "") + "…"
 	}
+	if out == OutcomeFailed && errors.Is(err, ErrNoHandler) && e.cfg.NoHandler == NoHandlerPark {
+		e.log.Warn("event parked: no handler for its type; attempted again when an instance starts with one",
+			"id", id, "type", typ, "attempt", attempt)
+		return
+	}
 	switch out {
 	case OutcomeFailed:
 		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempt, "error", err)
