@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,6 +183,12 @@ type Config struct {
 	// RetryMaxDelay are the policy of event types without one of their own
 	// (WithRetryPolicy); docs/recoverability.md shows the default schedule.
 	ImmediateRetries int
+	// NoHandler is what becomes of an event whose type has no handler (INBOXD_NO_HANDLER):
+	// "retry", a failed attempt retried like any other until DEAD, so that a handler
+	// deployed meanwhile takes it; "reject", REJECTED at once; "park", recorded FAILED
+	// once and then held, attempted again only when a Client starts with a handler for
+	// its type. docs/recoverability.md says why retry is the default. Defaults to "retry".
+	NoHandler string
 	// MaxAttempts is the number of recorded attempts after which a failing event is DEAD
 	// (INBOXD_MAX_ATTEMPTS). Defaults to 40.
 	MaxAttempts int
@@ -274,6 +281,7 @@ func (c Config) WithDefaults() Config {
 	or(&c.WebhookURL, defaults.WebhookURL)
 	or(&c.AckMode, defaults.AckMode)
 	or(&c.IDSource, defaults.IDSource)
+	or(&c.NoHandler, defaults.NoHandler)
 	if len(c.Destinations) == 0 {
 		c.Destinations = []string{defaults.Destination}
 	}
@@ -363,6 +371,9 @@ func (c Config) validate() (*stompx.TLS, error) {
 	}
 	if c.Prefetch <= c.BatchSize {
 		problems = append(problems, fmt.Sprintf("prefetch (%d) must exceed batch-size (%d), or batches never fill", c.Prefetch, c.BatchSize))
+	}
+	if !slices.Contains([]string{"retry", "reject", "park"}, c.NoHandler) {
+		problems = append(problems, fmt.Sprintf("no-handler %q: want retry, reject or park", c.NoHandler))
 	}
 	if c.AckMode != "client" && c.AckMode != "client-individual" {
 		problems = append(problems, fmt.Sprintf("ack-mode %q: want client or client-individual", c.AckMode))

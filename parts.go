@@ -24,6 +24,7 @@ import (
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/health"
 	"github.com/inboxd/inboxd/internal/ingest"
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/lifecycle"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
@@ -88,6 +89,14 @@ func (c assembly) run(ctx context.Context) error {
 		return err
 	}
 	cfg = cfg.withWebhook(dialect)
+	// The types with handlers, once: a type name misspelt here or by a producer shows.
+	types := c.reg.Types()
+	log.Info("handlers registered", "types", types, "no_handler", cfg.NoHandler)
+	if n, err := journal.WakeNoHandler(ctx, c.pool, types); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("events that found no handler are due again: their type has one now", "events", n)
+	}
 	if cfg.SweepGrace == 0 && dialect.Changefeed() {
 		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
 		cfg.SweepGrace = defaults.SweepGraceCockroachDB

@@ -5,10 +5,11 @@ import (
 	"fmt"
 
 	"github.com/inboxd/inboxd/internal/certs"
+	"github.com/inboxd/inboxd/internal/config"
 )
 
 func init() {
-	commands["ca"] = command{summary: "print the webhook's CA as base64 PEM, the value of the changefeed's ca_cert= (generates it if needed)", run: runCA}
+	commands["ca"] = command{settings: []string{config.GroupWebhook}, summary: "print the webhook's CA as base64 PEM, the value of the changefeed's ca_cert= (generates it if needed)", run: runCA}
 }
 
 func runCA(_ context.Context, e *env, args []string) error {

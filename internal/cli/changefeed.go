@@ -19,8 +19,9 @@ import (
 
 func init() {
 	commands["changefeed"] = command{
-		summary: "manage the CockroachDB changefeed to the webhook: create|status|pause|resume|cancel",
-		run:     runChangefeed,
+		settings: []string{config.GroupDatabase, config.GroupWebhook, config.GroupProcessing, config.GroupLogging},
+		summary:  "manage the CockroachDB changefeed to the webhook: create|status|pause|resume|cancel",
+		run:      runChangefeed,
 	}
 }
 

@@ -23,7 +23,10 @@ import (
 type command struct {
 	summary string
 	hidden  bool // internal: not listed by "inboxd help"
-	run     func(ctx context.Context, env *env, args []string) error
+	// settings are the groups of settings (config.Group*) or single setting flags the
+	// command uses, which its -h lists; nil: all of them.
+	settings []string
+	run      func(ctx context.Context, env *env, args []string) error
 }
 
 // env is what every subcommand shares.
@@ -122,13 +125,13 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 func parseFlags(e *env, name, synopsis string, args []string, extra func(fs *flag.FlagSet)) (*config.Config, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet("inboxd "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	cfg := config.Register(fs)
+	cfg := config.RegisterOnly(fs, commands[name].settings)
 	if extra != nil {
 		extra(fs)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: inboxd %s %s\n\n%s\n\nFlags:\n", name, strings.TrimSpace(synopsis), commands[name].summary)
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stderr, "Usage: inboxd %s %s\n\n%s\n\nFlags (each setting also reads its INBOXD_* variable):\n", name, strings.TrimSpace(synopsis), commands[name].summary)
+		config.Usage(e.stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, errUsage

@@ -167,3 +167,41 @@ func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
 		t.Errorf("migrate without -demo reports the customers table:\n%s", out)
 	}
 }
+
+// TestCommandHelpIsItsOwn: a command's -h lists its own flags and the settings it uses,
+// grouped under headings; publish's is short and lacks serve's processing settings.
+func TestCommandHelpIsItsOwn(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cmd      string
+		maxLines int
+		want     []string
+		not      []string
+	}{
+		{"publish", 100, []string{"\n  -n int", "\n  -verify\n", "\n  -body string", "\n  -header value", "Broker:", "\n  -database-url"},
+			[]string{"-batch-size", "-concurrency", "-http-addr", "Processing:"}},
+		{"serve", 400, []string{"\nDatabase:\n", "\nBroker:\n", "\nProcessing:\n", "\nLogging:\n", "\n  -batch-size", "\n  -no-handler"}, []string{"\n  -verify"}},
+		{"migrate", 60, []string{"\n  -print-grants", "\n  -demo", "\n  -retention"}, []string{"-stomp-addr", "-concurrency"}},
+	} {
+		t.Run(tt.cmd, func(t *testing.T) {
+			code, out, errOut := run(t, tt.cmd, "-h")
+			help := out + errOut
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if n := strings.Count(help, "\n"); n > tt.maxLines {
+				t.Errorf("%s -h is %d lines, want at most %d:\n%s", tt.cmd, n, tt.maxLines, help)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(help, w) {
+					t.Errorf("%s -h lacks %q:\n%s", tt.cmd, w, help)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(help, w) {
+					t.Errorf("%s -h shows %q, which it does not use", tt.cmd, w)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/feed"
 	"github.com/inboxd/inboxd/internal/registration"
@@ -13,7 +14,7 @@ import (
 )
 
 func init() {
-	commands["migrate"] = command{summary: "create or update the database schema (idempotent), as the schema's owner; -print-grants ROLE prints the grants of a runtime role", run: runMigrate}
+	commands["migrate"] = command{settings: []string{config.GroupDatabase, config.GroupSchema, config.GroupRetention, config.GroupLogging}, summary: "create or update the database schema (idempotent), as the schema's owner; -print-grants ROLE prints the grants of a runtime role", run: runMigrate}
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {

@@ -19,8 +19,9 @@ import (
 
 func init() {
 	commands["publish"] = command{
-		summary: "publish one event of your own (-body or -body-file), or generated events with duplicates and malformed ones, to the broker, and optionally verify the journal",
-		run:     runPublish,
+		settings: []string{config.GroupDatabase, config.GroupBroker, config.GroupDestinations, "max-body-bytes", "id-source", "default-event-type"},
+		summary:  "publish one event of your own (-body or -body-file), or generated events with duplicates and malformed ones, to the broker, and optionally verify the journal",
+		run:      runPublish,
 	}
 }
 

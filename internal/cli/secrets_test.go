@@ -70,9 +70,12 @@ func TestSecretAndTLSSettingsRefused(t *testing.T) {
 
 func TestSecretFlagsWarn(t *testing.T) {
 	t.Parallel()
-	// "ca" only writes a certificate: the warning is printed before any connection.
-	_, _, errOut := run(t, "ca", "-admin-token", "t0ken", "-database-url", "postgres://u:pw@127.0.0.1:1/x", "-cert-dir", t.TempDir())
-	for _, want := range []string{"-admin-token", "-database-url (with a password)", "every local user"} {
+	// "ca" only writes a certificate, and "migrate -print-grants" prints without a
+	// database: the warning is printed before any connection.
+	_, _, errCA := run(t, "ca", "-webhook-token", "t0ken", "-cert-dir", t.TempDir())
+	_, _, errMigrate := run(t, "migrate", "-print-grants", "app", "-database-url", "postgres://u:pw@127.0.0.1:1/x")
+	errOut := errCA + errMigrate
+	for _, want := range []string{"-webhook-token", "-database-url (with a password)", "every local user"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr %q does not mention %q", errOut, want)
 		}

@@ -27,7 +27,7 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{summary: "run inboxd: STOMP ingest, changefeed webhook, retry sweeper and REST API", run: runServe}
+	commands["serve"] = command{summary: "run inboxd: STOMP ingest, processing, retry sweeper and REST API (and, on CockroachDB, the changefeed webhook)", run: runServe}
 }
 
 func runServe(ctx context.Context, e *env, args []string) error {

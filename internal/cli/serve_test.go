@@ -55,10 +55,13 @@ func TestServeOnPostgreSQLOpensNoWebhook(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	if _, err := os.Stat(filepath.Join(dir, "var", "certs")); !os.IsNotExist(err) {
-		t.Errorf("serve on PostgreSQL wrote var/certs (%v)\n%s", err, out.String())
-	}
 	if wasFree && !free() {
 		t.Errorf("serve on PostgreSQL listens on :8443\n%s", out.String())
+	}
+	cancel()
+	<-done
+	done <- nil // for the deferred stop
+	if _, err := os.Stat(filepath.Join(dir, "var", "certs")); !os.IsNotExist(err) {
+		t.Errorf("serve on PostgreSQL wrote var/certs (%v)\n%s", err, out.String())
 	}
 }

@@ -20,8 +20,9 @@ import (
 
 func init() {
 	commands["subscriptions"] = command{
-		summary: "list inboxd's durable topic subscriptions, or remove an abandoned one: list|remove",
-		run:     runSubscriptions,
+		settings: []string{config.GroupDatabase, config.GroupBroker, config.GroupDestinations},
+		summary:  "list inboxd's durable topic subscriptions, or remove an abandoned one: list|remove",
+		run:      runSubscriptions,
 	}
 }
 

@@ -214,8 +214,15 @@ var libraryDecides = map[string]bool{"webhook-addr": true}
 
 // Register defines the flags on fs and returns the Config they fill. Defaults come from
 // the environment when set. Call Validate after fs.Parse.
-func Register(fs *flag.FlagSet) *Config {
+func Register(fs *flag.FlagSet) *Config { return RegisterOnly(fs, nil) }
+
+// RegisterOnly is Register for a command that uses only the settings of want (group
+// names, such as GroupDatabase, or single flags): every setting still takes its
+// default or environment value, but only those are flags, so that the command's -h
+// lists what it uses. A nil want defines every setting.
+func RegisterOnly(fs *flag.FlagSet, want []string) *Config {
 	c := &Config{}
+	of := groupOf()
 	for _, s := range settings(c) {
 		def := s.def
 		v, envSet := os.LookupEnv(s.env)
@@ -228,6 +235,9 @@ func Register(fs *flag.FlagSet) *Config {
 			// A bad environment value is reported by Validate; keep the built-in default.
 			_ = s.set(s.def)
 			c.envErrs = append(c.envErrs, fmt.Sprintf("%s: %v", s.env, err))
+		}
+		if !only(want, of, s.Flag) {
+			continue
 		}
 		usage := fmt.Sprintf("%s (env %s, default %q)", s.Usage, s.env, s.def)
 		if s.boolFlag {

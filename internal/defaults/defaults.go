@@ -103,6 +103,10 @@ const (
 
 // Processing and its recoverability policy.
 const (
+	// NoHandler is what becomes of an event whose type has no handler: "retry" (a
+	// failed attempt like any other, as River does with a job of no registered worker),
+	// "reject" or "park" (docs/recoverability.md).
+	NoHandler        = "retry"
 	ImmediateRetries = 2
 	MaxAttempts      = 40
 	RetryBaseDelay   = time.Second
@@ -320,6 +324,8 @@ func Settings() []Setting {
 			"delay after the first failed attempt; it doubles per attempt, ±10%"},
 		{"retry-max-delay", "RetryMaxDelay", RetryMaxDelay, "longest delay between two attempts",
 			"longest delay between two attempts"},
+		{"no-handler", "NoHandler", NoHandler, "an event whose type has no handler: retry (a failed attempt, retried until DEAD), reject (REJECTED at once) or park (held, attempted again when a Client starts with a handler for its type)",
+			"an event whose type has no handler: `retry`, a failed attempt retried until `DEAD`; `reject`, `REJECTED` at once; `park`, held without further attempts until an instance starts with a handler for its type (see [Recoverability](recoverability.md))"},
 		{"process-batch-size", "ProcessBatchSize", ProcessBatchSize, "events per processing transaction, at most (on CockroachDB, lower it if batches keep conflicting; see docs/cockroachdb.md)",
 			"events per processing transaction, at most (see \"Batches and CockroachDB\")"},
 		{"handler-timeout", "HandlerTimeout", HandlerTimeout, "how long one handler run may take; it then fails (the attempt counts) and its transaction is rolled back; also the processing transactions' statement_timeout (at least 5s)",

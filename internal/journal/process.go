@@ -505,3 +505,42 @@ func Attempts(ctx context.Context, db database.DB, id string) ([]Attempt, error)
 	}
 	return out, nil
 }
+
+// NoHandlerError is how the last_error of an attempt that found no handler begins
+// (process.ErrNoHandler's text), which WakeNoHandler matches.
+const NoHandlerError = "no handler registered for event type"
+
+// wakeNoHandlerSQL makes due the FAILED entries of the given types whose last attempt
+// found no handler and whose next attempt is still ahead (parked, or backing off). Its
+// LIKE pattern is NoHandlerError's text.
+const wakeNoHandlerSQL = `UPDATE journal SET next_attempt_at = now(), updated_at = now()
+	WHERE status = 'FAILED' AND event_type = ANY($1::TEXT[]) AND next_attempt_at > now()
+	  AND last_error LIKE 'no handler registered for event type%'
+	RETURNING aggregate_id`
+
+// WakeNoHandler makes the entries of eventTypes that failed for want of a handler due
+// now, with their aggregates' heads, for an engine that starts with handlers for them;
+// it returns how many.
+func WakeNoHandler(ctx context.Context, db database.DB, eventTypes []string) (int, error) {
+	if len(eventTypes) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, wakeNoHandlerSQL, eventTypes)
+		if err != nil {
+			return err
+		}
+		aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		n = len(aggs)
+		slices.Sort(aggs)
+		return SyncHeads(ctx, tx, slices.Compact(aggs))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("waking the events that had no handler: %w", err)
+	}
+	return n, nil
+}

@@ -190,7 +190,7 @@ func (e *Engine) batch(ctx context.Context, limit int, claim func(ctx context.Co
 			timedOut[to.ev.ID] = out
 			typ := e.reg.MetricLabel(to.ev.Type)
 			e.m.Processed.WithLabelValues(typ, string(out)).Inc()
-			e.logOutcome(to.ev.ID, typ, to.ev.Attempt, out, to)
+			e.logOutcome(to.ev.ID, to.ev.Type, to.ev.Attempt, out, to)
 			continue
 		case isRetryable(err) && ctx.Err() == nil:
 			conflicts++

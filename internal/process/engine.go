@@ -28,6 +28,9 @@ type Config struct {
 	MaxAttempts      int
 	BaseBackoff      time.Duration
 	MaxBackoff       time.Duration
+	// NoHandler is what becomes of an event whose type has no handler: NoHandlerRetry
+	// (the default), NoHandlerReject or NoHandlerPark.
+	NoHandler string
 	// BatchSize bounds the events of one processing transaction. Default
 	// defaults.ProcessBatchSize; see
 	// package doc (Batches) for CockroachDB.
@@ -53,6 +56,9 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = defaults.Or(c.Concurrency, defaults.Concurrency())
 	c.BatchSize = defaults.Or(c.BatchSize, defaults.ProcessBatchSize)
 	c.HandlerTimeout = defaults.Or(c.HandlerTimeout, defaults.HandlerTimeout)
+	if c.NoHandler == "" {
+		c.NoHandler = defaults.NoHandler
+	}
 	if c.KickLinger == 0 { // negative: none
 		c.KickLinger = defaults.KickLinger
 	}

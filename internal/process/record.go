@@ -142,7 +142,7 @@ func (e *Engine) recordAlone(ctx context.Context, ev Event, out Outcome, herr er
 		rec.StartedAt, rec.Took = time.Now().Add(-to.after), to.after
 	}
 	if out == OutcomeFailed {
-		rec.Backoff = e.policy(ev.Type).Backoff(ev.Attempt)
+		rec.Backoff = e.backoff(e.policy(ev.Type), ev.Attempt, herr)
 	}
 	got, err := e.recordInOwnTx(ctx, ev, out, rec)
 	if err == nil || journal.IsUnavailable(err) || ctx.Err() != nil {
@@ -191,18 +191,31 @@ func unstorableMessage(err error) string {
 	return "inboxd: the outcome of this attempt could not be stored (SQLSTATE " + code + "); the handler's error is in inboxd's log"
 }
 
+// maxLoggedType bounds the event type a log line carries: it comes from the payload.
+const maxLoggedType = 200
+
 // observe counts and logs the outcomes of a batch that committed after took.
 func (e *Engine) observe(heads []journal.Head, took time.Duration, r ran) {
 	for _, h := range heads {
 		out := r.outs[h.ID]
-		typ := e.reg.MetricLabel(h.EventType) // bounded: logs and metrics never carry a payload's made-up type
+		typ := e.reg.MetricLabel(h.EventType) // bounded: metrics never carry a payload's made-up type
 		e.m.ProcessSeconds.WithLabelValues(typ).Observe(took.Seconds())
 		e.m.Processed.WithLabelValues(typ, string(out)).Inc()
-		e.logOutcome(h.ID, typ, h.Attempts+1, out, r.herrs[h.ID])
+		e.logOutcome(h.ID, h.EventType, h.Attempts+1, out, r.herrs[h.ID])
 	}
 }
 
+// logOutcome logs an outcome with the event's own type, registered or not (a typo in a
+// type name must be visible), cut to maxLoggedType bytes.
 func (e *Engine) logOutcome(id, typ string, attempt int, out Outcome, err error) {
+	if len(typ) > maxLoggedType {
+		typ = strings.ToValidUTF8(typ[:maxLoggedType], "") + "…"
+	}
+	if out == OutcomeFailed && errors.Is(err, ErrNoHandler) && e.cfg.NoHandler == NoHandlerPark {
+		e.log.Warn("event parked: no handler for its type; attempted again when an instance starts with one",
+			"id", id, "type", typ, "attempt", attempt)
+		return
+	}
 	switch out {
 	case OutcomeFailed:
 		e.log.Warn("event failed, will retry", "id", id, "type", typ, "attempt", attempt, "error", err)

@@ -1,6 +1,9 @@
 package process
 
 import (
+	"github.com/inboxd/inboxd/internal/journal"
+	"time"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,10 +63,25 @@ func (f HandlerFunc) Handle(ctx context.Context, tx pgx.Tx, ev Event) error { re
 // built by Reject.
 var ErrRejected = errors.New("rejected")
 
-// ErrNoHandler is the failure recorded for an event type nobody registered. It is
-// retried like any failure, so registering a handler and retrying the event (or just
-// waiting for the next attempt) recovers it.
-var ErrNoHandler = errors.New("no handler registered for event type")
+// ErrNoHandler is the failure recorded for an event type nobody registered. Under
+// NoHandlerRetry it is retried like any failure, so registering a handler and retrying
+// the event (or just waiting for the next attempt) recovers it.
+var ErrNoHandler = errors.New(journal.NoHandlerError)
+
+// What becomes of an event whose type has no handler (Config.NoHandler).
+const (
+	// NoHandlerRetry: a failed attempt like any other, retried with backoff until DEAD.
+	NoHandlerRetry = "retry"
+	// NoHandlerReject: REJECTED at once, as a business rejection would be.
+	NoHandlerReject = "reject"
+	// NoHandlerPark: FAILED once, then held (its next attempt at ParkedUntil) until an
+	// engine starts with a handler for its type (journal.WakeNoHandler); never DEAD.
+	NoHandlerPark = "park"
+)
+
+// parkFor is how far a parked event's next attempt is put off: in effect never, until
+// a start with its handler wakes it.
+const parkFor = 10 * 365 * 24 * time.Hour
 
 type rejection struct{ err error }
 

@@ -72,7 +72,7 @@ func (e *Engine) run(ctx context.Context, tx pgx.Tx, heads []journal.Head, setBa
 				r.herrs[ev.ID] = herr
 			}
 			if out == OutcomeFailed {
-				rec.Backoff = pol.Backoff(ev.Attempt)
+				rec.Backoff = e.backoff(pol, ev.Attempt, herr)
 			}
 			r.recs = append(r.recs, rec)
 		}
@@ -219,6 +219,16 @@ func (e *Engine) policy(eventType string) RetryPolicy {
 	return p.Or(e.cfg.retryPolicy())
 }
 
+// backoff is the delay before the next attempt of a failed event: the policy's, or, for
+// an event parked for want of a handler, in effect never (a start with its handler
+// wakes it).
+func (e *Engine) backoff(pol RetryPolicy, attempt int, herr error) time.Duration {
+	if errors.Is(herr, ErrNoHandler) && e.cfg.NoHandler == NoHandlerPark {
+		return parkFor
+	}
+	return pol.Backoff(attempt)
+}
+
 // outcome maps a handler's result to the event's outcome.
 func (e *Engine) outcome(ev Event, herr error) Outcome {
 	switch {
@@ -226,6 +236,10 @@ func (e *Engine) outcome(ev Event, herr error) Outcome {
 		return OutcomeProcessed
 	case errors.Is(herr, ErrRejected):
 		return OutcomeRejected
+	case errors.Is(herr, ErrNoHandler) && e.cfg.NoHandler == NoHandlerReject:
+		return OutcomeRejected
+	case errors.Is(herr, ErrNoHandler) && e.cfg.NoHandler == NoHandlerPark:
+		return OutcomeFailed // held, never DEAD: see backoff
 	case ev.Attempt >= e.policy(ev.Type).MaxAttempts:
 		return OutcomeDead
 	default:
