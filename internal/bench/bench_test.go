@@ -638,6 +638,8 @@ func TestWhoseStatement(t *testing.T) {
 		{"WITH r AS (\n\tSELECT * FROM unnest($1::UUID[])) UPDATE journal", "processing"},
 		{"SAVEPOINT inboxd_handler", "processing"},
 		{"SET LOCAL statement_timeout = 30000", "processing"},
+		{"CREATE TABLE IF NOT EXISTS journal_attempt (journal_id UUID NOT NULL)", "bench"},
+		{"CREATE INDEX IF NOT EXISTS outbox_group_order ON outbox (grp, seq)", "bench"},
 	} {
 		if got := whose(tt.q); got != tt.want {
 			t.Errorf("whose(%q) = %q, want %q", tt.q, got, tt.want)

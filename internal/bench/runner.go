@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inboxd/inboxd/internal/database"
@@ -242,6 +243,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	if stmtStats {
 		if t, err := readStatementTimes(ctx, db.URL); err == nil {
 			m.Note = t.note(n) + m.Note
+			r.logf("rep %d: %s: PostgreSQL's costliest statements:\n  %s", rep, row, strings.Join(t.top, "\n  "))
 		} else {
 			r.logf("%v", err)
 		}

@@ -152,18 +152,20 @@ func LockPicked(ctx context.Context, tx database.DB, picked []string, grace time
 }
 
 // LockPickedOpening is LockPicked, then opens the savepoint named savepoint ("": none)
-// in the round trip of its last lock (see lockOpening). A chunk after the first
-// releases it first, in its own round trip, so that every lock is taken outside it.
+// in the round trip of each lock (see lockOpening). The locks of a chunk after the first
+// are taken inside the savepoint the chunk before opened, and a new one is opened after
+// them: ROLLBACK TO SAVEPOINT goes back to the latest savepoint of that name, so those
+// locks are never rolled back, and no RELEASE is needed
+// (https://www.postgresql.org/docs/15/sql-rollback-to.html,
+// https://www.cockroachlabs.com/docs/stable/savepoint#savepoint-name-visibility).
 func LockPickedOpening(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool, savepoint string) ([]Head, error) {
 	var out []Head
-	opened := false
 	for len(picked) > 0 && len(out) < limit {
 		n := min(limit-len(out), len(picked))
-		got, err := lockOpening(ctx, tx, "claiming due journal entries", savepoint, opened, lockHeadsSQL(skip), picked[:n], grace.Milliseconds())
+		got, err := lockOpening(ctx, tx, "claiming due journal entries", savepoint, lockHeadsSQL(skip), picked[:n], grace.Milliseconds())
 		if err != nil {
 			return nil, err
 		}
-		opened = savepoint != ""
 		out = append(out, got...)
 		picked = picked[n:]
 		if !skip {

@@ -166,23 +166,17 @@ func LockBatch(ctx context.Context, tx database.DB, ids []string) ([]Head, error
 // LockBatchOpening is LockBatch, then opens the savepoint named savepoint ("": none) in
 // the same round trip (see lockOpening).
 func LockBatchOpening(ctx context.Context, tx database.DB, ids []string, savepoint string) ([]Head, error) {
-	return lockOpening(ctx, tx, "locking journal entries", savepoint, false, lockBatchSQL, ids)
+	return lockOpening(ctx, tx, "locking journal entries", savepoint, lockBatchSQL, ids)
 }
 
 // lockOpening runs a locking statement (lockBatchSQL, lockHeadsSQL) and returns the
 // heads it claimed; then, when savepoint is not "", it opens that savepoint, in the
 // same round trip: the savepoint the caller runs its first handler in, one round trip
-// fewer per batch. release first releases the savepoint an earlier call opened, so
-// that no lock is taken inside it (rolling back to a savepoint releases the row locks
-// taken after it).
-func lockOpening(ctx context.Context, tx database.DB, what, savepoint string, release bool, sql string, args ...any) ([]Head, error) {
+// fewer per batch. The locks are taken before the savepoint, so that rolling back to it
+// keeps them.
+func lockOpening(ctx context.Context, tx database.DB, what, savepoint string, sql string, args ...any) ([]Head, error) {
 	b, ok := tx.(batchSender)
 	if savepoint == "" || !ok {
-		if release {
-			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
-				return nil, fmt.Errorf("%s: releasing savepoint: %w", what, err)
-			}
-		}
 		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
@@ -197,28 +191,15 @@ func lockOpening(ctx context.Context, tx database.DB, what, savepoint string, re
 		return heads, nil
 	}
 	batch := &pgx.Batch{}
-	if release {
-		batch.Queue("RELEASE SAVEPOINT " + savepoint)
-	}
 	batch.Queue(sql, args...)
 	batch.Queue("SAVEPOINT " + savepoint)
 	br := b.SendBatch(ctx, batch)
-	var (
-		heads []Head
-		err   error
-	)
-	if release {
-		if _, err = br.Exec(); err != nil {
-			err = fmt.Errorf("%s: releasing savepoint: %w", what, err)
-		}
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err != nil {
-			err = fmt.Errorf("%s: %w", what, err)
-		} else {
-			heads, err = scanHeads(rows, what)
-		}
+	var heads []Head
+	rows, err := br.Query()
+	if err != nil {
+		err = fmt.Errorf("%s: %w", what, err)
+	} else {
+		heads, err = scanHeads(rows, what)
 	}
 	if err == nil {
 		if _, err = br.Exec(); err != nil {

@@ -65,6 +65,5 @@ func BuiltStatements() []Statement {
 	add("LockOpening/skip", lockHeadsSQL(true))
 	add("LockOpening/wait", lockHeadsSQL(false))
 	add("LockOpening/savepoint", "SAVEPOINT inboxd_handler")
-	add("LockOpening/release", "RELEASE SAVEPOINT inboxd_handler")
 	return out
 }

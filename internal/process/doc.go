@@ -24,11 +24,15 @@
 //
 // Events are processed many per transaction. A batch claims and locks its events in
 // one statement (journal.ClaimHeads: due aggregate heads, SKIP LOCKED; or, for a
-// changefeed delivery, journal.LockBatch: the delivered ids), runs each handler in its
-// own savepoint in sequence order, records every outcome with one statement
-// (journal.RecordOutcomes) and commits once. A handler error (or panic) rolls back to
-// its savepoint, so its partial effects vanish while the failure itself (attempts,
-// last_error, next_attempt_at) is recorded with the others. A conflict of the batch's
+// changefeed delivery, journal.LockBatch: the delivered ids), opening the handlers'
+// first savepoint in the same round trip; runs each handler in its own savepoint in
+// sequence order; settles the batch, every outcome, the attempts worth a history row
+// and the aggregates' next heads, with one statement after the head rows' lock, in one
+// more round trip (journal.Settle); and commits once. A handler error (or panic) rolls
+// back to its savepoint, so its partial effects vanish while the failure itself
+// (attempts, last_error, next_attempt_at) is recorded with the others. A handler that
+// succeeded leaves its savepoint open: the COMMIT commits it (txstats counts what a
+// processing transaction sends; TestProcessingStatementsPerTransaction bounds it). A conflict of the batch's
 // own transaction (40001 that left it aborted) is not a handler failure: the whole
 // batch runs again, and with half as many events once it keeps conflicting. A 40001 a
 // handler returns while the transaction is fine came from elsewhere (another database

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/journal"
@@ -90,5 +91,80 @@ func TestProcessingStatementsPerTransaction(t *testing.T) {
 					c.MaxStatements, c.MaxRoundTrips, maxStatements, maxRoundTrips)
 			}
 		})
+	}
+}
+
+// A claim whose first chunk of picked heads is held by another transaction locks the
+// next chunk and opens the handlers' savepoint again after it, without a RELEASE. Each
+// handler's failure rolls back to the latest savepoint only: every row the batch
+// claimed, in either chunk, is still locked by it when its last handler runs, and the
+// failed events' effects are gone while the others' stay.
+func TestClaimInChunksKeepsItsLocksThroughRollbacks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	const held, limit = 4, 4
+	payloads := make([][]byte, 0, held+limit)
+	for i := range held + limit {
+		s := pt.Spec{Aggregate: fmt.Sprintf("agg-%d", i)}
+		if i >= held && i%2 == 1 {
+			s.Always = true
+		}
+		payloads = append(payloads, pt.Payload(s))
+	}
+	ids := pt.Ingest(t, db.Pool, payloads...)
+	other, err := db.Pool.Begin(ctx) // holds the oldest heads: the claim's first chunk
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	if _, err := other.Exec(ctx, `SELECT 1 FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE`, ids[:held]); err != nil {
+		t.Fatal(err)
+	}
+	fx := pt.NewEffects(t, db.Pool)
+	var (
+		calls       int
+		stillLocked = -1
+	)
+	reg := process.NewRegistry()
+	reg.Register(pt.EffectType, process.HandlerFunc(func(hctx context.Context, tx pgx.Tx, ev process.Event) error {
+		calls++
+		if calls == limit { // the last one: after every earlier call, and its rollback if it failed
+			var n int
+			err := db.Pool.QueryRow(hctx, `SELECT count(*) FROM journal WHERE id = ANY ($1::UUID[])
+				AND id NOT IN (SELECT id FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE SKIP LOCKED)`, ids[held:]).Scan(&n)
+			if err != nil {
+				return fmt.Errorf("probing the batch's locks: %w", err)
+			}
+			stillLocked = n
+		}
+		return fx.Handle(hctx, tx, ev)
+	}))
+	e := process.New(db.Pool, reg, process.Config{ImmediateRetries: -1, MaxAttempts: 5, Concurrency: 1}, nil, nil)
+	outs, claimed, err := e.ProcessDue(ctx, 0, limit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != limit {
+		t.Fatalf("claimed %d, want %d (the second chunk)", len(claimed), limit)
+	}
+	if stillLocked != limit {
+		t.Errorf("when the batch's last handler ran, %d of its %d rows were still locked by it, want all", stillLocked, limit)
+	}
+	for i, id := range ids[held:] {
+		want := process.OutcomeProcessed
+		if (held+i)%2 == 1 {
+			want = process.OutcomeFailed
+		}
+		if outs[id] != want {
+			t.Errorf("event %d: outcome %q, want %q", held+i, outs[id], want)
+		}
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM test_effects WHERE event_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != (want == process.OutcomeProcessed) {
+			t.Errorf("event %d (%s): %d effects", held+i, want, n)
+		}
 	}
 }
