@@ -164,7 +164,7 @@ func (c *Client) ShadowReplay(ctx context.Context, opts ShadowOptions) (*ShadowR
 	if o.Timeout == 0 {
 		o.Timeout = c.cfg.HandlerTimeout
 	}
-	rep, err := replay.Runner{Pool: c.pool, Dialect: dialect, Registry: c.reg, Log: c.log.With("component", "shadow")}.Run(ctx, o)
+	rep, err := replay.Runner{Pool: c.pool, Dialect: dialect, Registry: c.reg, Log: c.log.With("component", "shadow"), Metrics: c.m}.Run(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("inboxd: shadow replay: %w", err)
 	}
