@@ -11,6 +11,7 @@ import (
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/process"
 	"github.com/inboxd/inboxd/internal/replay"
+	"github.com/inboxd/inboxd/internal/stompx"
 )
 
 // ShadowOptions select the events of a shadow replay (Client.ShadowReplay) and bound
@@ -153,7 +154,8 @@ func (c *Client) ShadowReplay(ctx context.Context, opts ShadowOptions) (*ShadowR
 	if err != nil {
 		return nil, fmt.Errorf("inboxd: %w", err)
 	}
-	parts, err := c.cfg.components(c.cfg.stomp(c.tls, c.log))
+	// Processing's settings (retry policy, timeouts); the broker's are not used.
+	parts, err := c.cfg.components(stompx.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("inboxd: %w", err)
 	}
@@ -162,7 +164,7 @@ func (c *Client) ShadowReplay(ctx context.Context, opts ShadowOptions) (*ShadowR
 	if o.Timeout == 0 {
 		o.Timeout = c.cfg.HandlerTimeout
 	}
-	rep, err := replay.Runner{Pool: c.pool, Dialect: dialect, Registry: c.reg, Log: c.log.With("component", "shadow")}.Run(ctx, o)
+	rep, err := replay.Runner{Pool: c.pool, Dialect: dialect, Registry: c.reg, Log: c.log.With("component", "shadow"), Metrics: c.m}.Run(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("inboxd: shadow replay: %w", err)
 	}

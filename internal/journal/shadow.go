@@ -20,6 +20,34 @@ type Selection struct {
 	IDs         []string
 }
 
+// selectionArgs are a Selection's statement arguments: the default statuses, and
+// NULL for a zero time.
+type selectionArgs struct {
+	statuses     []string
+	since, until *time.Time
+	ids          []string
+}
+
+func (s Selection) args() selectionArgs {
+	a := selectionArgs{ids: s.IDs}
+	for _, st := range s.Statuses {
+		a.statuses = append(a.statuses, string(st))
+	}
+	if len(a.statuses) == 0 {
+		a.statuses = []string{string(StatusProcessed), string(StatusRejected)}
+	}
+	if !s.Since.IsZero() {
+		a.since = &s.Since
+	}
+	if !s.Until.IsZero() {
+		a.until = &s.Until
+	}
+	if a.ids == nil {
+		a.ids = []string{}
+	}
+	return a
+}
+
 // sqlSelectSettled reads one keyset page (sequence_no > $7, $8 rows) of the selection ($9: $6 lists ids):
 // every filter is a parameter, empty meaning none, so that one constant statement
 // serves every selection.
@@ -38,25 +66,8 @@ const sqlSelectSettled = `SELECT ` + recordColumns + `
 // SelectSettled returns up to limit events of s after sequence number after, in
 // journal order: a page of a shadow run's selection.
 func SelectSettled(ctx context.Context, db database.DB, s Selection, after int64, limit int) ([]Record, error) {
-	statuses := make([]string, 0, len(s.Statuses))
-	for _, st := range s.Statuses {
-		statuses = append(statuses, string(st))
-	}
-	if len(statuses) == 0 {
-		statuses = []string{string(StatusProcessed), string(StatusRejected)}
-	}
-	var since, until *time.Time
-	if !s.Since.IsZero() {
-		since = &s.Since
-	}
-	if !s.Until.IsZero() {
-		until = &s.Until
-	}
-	ids := s.IDs
-	if ids == nil {
-		ids = []string{}
-	}
-	rows, err := db.Query(ctx, sqlSelectSettled, statuses, s.EventType, since, until, s.AggregateID, ids, after, limit, len(ids) > 0)
+	a := s.args()
+	rows, err := db.Query(ctx, sqlSelectSettled, a.statuses, s.EventType, a.since, a.until, s.AggregateID, a.ids, after, limit, len(a.ids) > 0)
 	if err != nil {
 		return nil, fmt.Errorf("selecting events to shadow: %w", err)
 	}
@@ -120,25 +131,8 @@ LIMIT $8::INT8`
 // selected ones and, with tail, the later settled events of their aggregates. It
 // returns ErrPlanTooLarge past limit events.
 func PlanReplay(ctx context.Context, db database.DB, s Selection, tail bool, limit int) ([]PlanItem, error) {
-	statuses := make([]string, 0, len(s.Statuses))
-	for _, st := range s.Statuses {
-		statuses = append(statuses, string(st))
-	}
-	if len(statuses) == 0 {
-		statuses = []string{string(StatusProcessed), string(StatusRejected)}
-	}
-	var since, until *time.Time
-	if !s.Since.IsZero() {
-		since = &s.Since
-	}
-	if !s.Until.IsZero() {
-		until = &s.Until
-	}
-	ids := s.IDs
-	if ids == nil {
-		ids = []string{}
-	}
-	rows, err := db.Query(ctx, sqlPlanReplay, statuses, s.EventType, since, until, s.AggregateID, ids, tail, limit+1, len(ids) > 0)
+	a := s.args()
+	rows, err := db.Query(ctx, sqlPlanReplay, a.statuses, s.EventType, a.since, a.until, s.AggregateID, a.ids, tail, limit+1, len(a.ids) > 0)
 	if err != nil {
 		return nil, fmt.Errorf("planning a replay: %w", err)
 	}

@@ -57,6 +57,8 @@ type Metrics struct {
 	OutboxPublished     prometheus.Counter
 	OutboxPublishErrors prometheus.Counter
 	OutboxDeleted       prometheus.Counter // sent rows removed by retention
+
+	ShadowEvents *prometheus.CounterVec // shadow replay events, by result (same, differing, timed_out)
 }
 
 // MarkIngestCommit records that an ingest batch was committed and acked just now.
@@ -109,6 +111,8 @@ func New() *Metrics {
 	f(m.OutboxPublished)
 	f(m.OutboxPublishErrors)
 	f(m.OutboxDeleted)
+	m.ShadowEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_shadow_events_total", Help: "Events run by shadow replays, by result."}, []string{"result"})
+	f(m.ShadowEvents)
 
 	now := time.Now().UnixNano()
 	m.lastCommit.Store(now)

@@ -23,6 +23,7 @@ import (
 	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 )
@@ -69,6 +70,8 @@ type Runner struct {
 	Dialect  database.Dialect
 	Registry *process.Registry
 	Log      *slog.Logger
+	// Metrics counts the events run (ShadowEvents); nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Run shadows the selected events in journal order and returns the report. It stops at
@@ -82,6 +85,7 @@ func (r Runner) Run(ctx context.Context, o Options) (*Report, error) {
 	o.LockTimeout = defaults.Or(o.LockTimeout, DefaultLockTimeout)
 	cfg := o.Engine
 	cfg.HandlerTimeout, cfg.Dialect = o.Timeout, r.Dialect
+	// Its own metrics: a shadow run's handler outcomes are not processing's.
 	eng := process.New(r.Pool, r.Registry, cfg, nil, log)
 	run := message.NewID()
 	rep := &Report{Run: run, Database: r.Dialect.String(), Started: time.Now().UTC(),
@@ -145,6 +149,9 @@ func (r Runner) Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			compare(&res, recorded[rec.ID], writes, base, baseKnown, o.Ignore)
 			rep.add(res)
+			if r.Metrics != nil {
+				r.Metrics.ShadowEvents.WithLabelValues(res.result()).Inc()
+			}
 			if o.Progress != nil {
 				o.Progress(Progress{Done: rep.Summary.Events, Differing: rep.Summary.Differing, Elapsed: time.Since(rep.Started)})
 			}

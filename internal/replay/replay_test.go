@@ -14,11 +14,13 @@ import (
 	"github.com/go-stomp/stomp/v3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inboxd/inboxd/internal/bench"
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
@@ -395,12 +397,18 @@ func TestShadowHandlerSeesShadowMode(t *testing.T) {
 	})
 	reg.Register(kindPlaced, hf)
 	reg.Register(kindCancelled, hf)
-	rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg}.Run(context.Background(), replay.Options{})
+	m := metrics.New()
+	rep, err := replay.Runner{Pool: h.db.Pool, Registry: reg, Metrics: m}.Run(context.Background(), replay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(modes, ",") != "shadow/true,shadow/true,shadow/true" || rep.Summary.OutcomeChanged != 0 {
 		t.Fatalf("modes %v, summary %+v", modes, rep.Summary)
+	}
+	// The bodies differ from the recorded ones: 3 differing events, counted.
+	var d dto.Metric
+	if err := m.ShadowEvents.WithLabelValues("differing").Write(&d); err != nil || d.GetCounter().GetValue() != 3 {
+		t.Fatalf("inboxd_shadow_events_total{result=differing} = %v (%v), want 3", d.GetCounter().GetValue(), err)
 	}
 }
 

@@ -160,6 +160,18 @@ func sameMessage(a, b Message, rules []Path) bool {
 		normalBody([]byte(a.Body), rules) == normalBody([]byte(b.Body), rules)
 }
 
+// result is res's label of the ShadowEvents metric.
+func (res EventResult) result() string {
+	switch {
+	case res.TimedOut:
+		return "timed_out"
+	case len(res.Categories) > 0:
+		return "differing"
+	default:
+		return "same"
+	}
+}
+
 // add counts res and keeps it if it differs.
 func (r *Report) add(res EventResult) {
 	s := &r.Summary
