@@ -1,15 +1,13 @@
 package process
 
 import (
-	"github.com/inboxd/inboxd/internal/journal"
-	"time"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
