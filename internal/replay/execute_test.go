@@ -44,9 +44,14 @@ func logDB(t *testing.T) (*testenv.DB, *process.Registry) {
 		sequence_no INT8 NOT NULL, mode TEXT NOT NULL, run TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
+	_, reg := registryOnly()
+	return db, reg
+}
+
+func registryOnly() (struct{}, *process.Registry) {
 	reg := process.NewRegistry()
 	reg.Register(pt.EffectType, logHandler{})
-	return db, reg
+	return struct{}{}, reg
 }
 
 // processAll runs a sweeper until n events are settled.
