@@ -69,6 +69,8 @@ type Executor struct {
 	Engine process.Config
 	// Idle is the wait when no item is due (one backing off); default 200ms.
 	Idle time.Duration
+	// LeaseTTL is how long the run's lease outlives its runner; default 30s.
+	LeaseTTL time.Duration
 }
 
 // maxItemTries bounds the runs of an item whose transaction conflicts (40001).
@@ -76,8 +78,9 @@ const maxItemTries = 5
 
 // Execute runs the run until it is done, paused or cancelled (it returns then, with
 // the run's state), or ctx ends. It resumes a run a crashed runner left: items done
-// stay done. One runner per run: a second one replays nothing twice (the item's lock
-// and state) but may break the order of an aggregate's items across the two.
+// stay done. One runner per run: a second one would replay nothing twice (the item's lock
+// and state): the run's lease (LeaseTTL, renewed between events) keeps a second
+// runner out, with journal.ErrRunLeased, until the first one's lease expires.
 func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 	log := x.Log
 	if log == nil {
@@ -90,15 +93,28 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 	if idle <= 0 {
 		idle = 200 * time.Millisecond
 	}
+	ttl := x.LeaseTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	owner := message.NewID()
+	// lease renews the run's lease (between events: a pause or cancel is seen there).
+	lease := func() (string, error) {
+		st, err := journal.LeaseReplayRun(ctx, x.Pool, runID, owner, ttl)
+		if err != nil {
+			return st, err
+		}
+		return st, nil
+	}
 	started := time.Now()
 	ran := 0
 	for {
+		if st, err := lease(); err != nil || st != journal.RunRunning {
+			return st, err
+		}
 		run, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
 		if err != nil {
 			return "", err
-		}
-		if run.State != journal.RunRunning {
-			return run.State, nil
 		}
 		items, err := journal.NextReplayItems(ctx, x.Pool, runID, 100)
 		if err != nil {
@@ -120,12 +136,8 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 		}
 		for i, it := range items {
 			if i > 0 { // between events: the run's state, as an operator may have changed it
-				st, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
-				if err != nil {
-					return "", err
-				}
-				if st.State != journal.RunRunning {
-					return st.State, nil
+				if st, err := lease(); err != nil || st != journal.RunRunning {
+					return st, err
 				}
 			}
 			if run.Rate > 0 {
