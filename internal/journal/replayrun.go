@@ -424,3 +424,30 @@ func LeaseReplayRun(ctx context.Context, db database.DB, run, owner string, ttl 
 	}
 	return r.State, nil
 }
+
+// sqlReplayRunnable tells whether a run has a pending item not behind a dead one: an
+// item that runs now or after its backoff.
+const sqlReplayRunnable = `SELECT EXISTS (SELECT 1 FROM replay_item AS i
+	WHERE i.run_id = $1::UUID AND i.state = 'pending'
+	  AND NOT EXISTS (SELECT 1 FROM replay_item AS p
+		WHERE p.run_id = i.run_id AND p.aggregate_id = i.aggregate_id AND p.position < i.position
+		  AND p.state = 'dead'))`
+
+// ReplayRunnable reports whether run has an item left to run (sqlReplayRunnable).
+func ReplayRunnable(ctx context.Context, db database.DB, run string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, sqlReplayRunnable, run).Scan(&ok); err != nil {
+		return false, fmt.Errorf("reading replay run %s's progress: %w", run, err)
+	}
+	return ok, nil
+}
+
+const sqlReleaseReplayLease = `UPDATE replay_run SET runner = NULL, runner_until = NULL WHERE id = $1::UUID AND runner = $2::TEXT`
+
+// ReleaseReplayLease gives up owner's lease of run, when its runner leaves it.
+func ReleaseReplayLease(ctx context.Context, db database.DB, run, owner string) error {
+	if _, err := db.Exec(ctx, sqlReleaseReplayLease, run, owner); err != nil {
+		return fmt.Errorf("releasing replay run %s's lease: %w", run, err)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -98,6 +99,15 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 		ttl = 30 * time.Second
 	}
 	owner := message.NewID()
+	defer func() {
+		// Leaving the run (paused, parked, done, ctx's end): another runner, or this
+		// instance's next look, may take it at once. Bounded, as ctx may be over.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := journal.ReleaseReplayLease(rctx, x.Pool, runID, owner); err != nil {
+			log.Warn("releasing a replay run's lease", "run", runID, "error", err)
+		}
+	}()
 	// lease renews the run's lease (between events: a pause or cancel is seen there).
 	lease := func() (string, error) {
 		st, err := journal.LeaseReplayRun(ctx, x.Pool, runID, owner, ttl)
@@ -128,6 +138,18 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 			if done {
 				log.Info("replay run done", "run", runID, "events", run.Events)
 				return journal.RunDone, nil
+			}
+			// Only dead items (and those behind them) left: the run is parked until an
+			// operator cancels it; its runner leaves it.
+			if runnable, err := journal.ReplayRunnable(ctx, x.Pool, runID); err != nil {
+				return "", err
+			} else if !runnable {
+				c, err := journal.GetReplayRun(ctx, x.Pool, runID, true)
+				if err != nil {
+					return "", err
+				}
+				log.Warn("replay run parked by dead events: cancel it to release their aggregates", "run", runID, "dead", c.Dead)
+				return journal.RunRunning, nil
 			}
 			if err := sleep(ctx, idle); err != nil {
 				return "", err
@@ -250,5 +272,37 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// RunRunning runs the running replay runs, one at a time, checking for them every
+// interval, until ctx ends: the part of a running inboxd that executes StartReplay's
+// runs and takes over those of an instance that died. A run another instance's runner
+// holds is left to it.
+func RunRunning(ctx context.Context, x Executor, interval time.Duration) error {
+	log := x.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for {
+		ids, err := journal.RunningReplayRuns(ctx, x.Pool)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("listing replay runs", "error", err)
+		}
+		for _, id := range ids {
+			st, err := x.Execute(ctx, id)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, journal.ErrRunLeased):
+			case err != nil:
+				log.Warn("replay run stopped", "run", id, "error", err)
+			default:
+				log.Info("replay run left", "run", id, "state", st)
+			}
+		}
+		if sleep(ctx, interval) != nil {
+			return nil
+		}
 	}
 }
