@@ -159,7 +159,9 @@ func TestReplayBesideLiveTraffic(t *testing.T) {
 			<-tick.C
 		}
 	}()
+	began := time.Now()
 	state, err := replay.Executor{Pool: db.Pool, Dialect: database.PostgreSQL, Registry: reg}.Execute(ctx, run.ID)
+	took := time.Since(began)
 	close(replayDone)
 	if err != nil || state != journal.RunDone {
 		t.Fatalf("execute: state %q, %v", state, err)
@@ -233,7 +235,8 @@ func TestReplayBesideLiveTraffic(t *testing.T) {
 			t.Errorf("aggregate %s: %d live events between its replayed ones", agg, s.between)
 		}
 	}
-	t.Logf("replayed %d events over %d aggregates beside %d live events; %d aggregates interleaved", len(replayed), len(per), len(live), interleaved)
+	t.Logf("replayed %d events over %d aggregates in %s (%.0f/s) beside %d live events; %d aggregates interleaved",
+		len(replayed), len(per), took.Round(time.Millisecond), float64(len(replayed))/took.Seconds(), len(live), interleaved)
 	// The replay's messages are new rows, not duplicates of the first run's.
 	var msgs int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&msgs); err != nil {
