@@ -23,6 +23,8 @@ const (
 type Event struct {
 	ID   string
 	Mode Mode
+	// Run is the replay or shadow run's id; empty otherwise.
+	Run string
 }
 
 type eventKey struct{}

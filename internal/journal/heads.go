@@ -48,20 +48,38 @@ import (
 const pickDueSQL = `
 SELECT d.head_id::TEXT FROM (
 	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
-	 WHERE NOT h.parked AND NOT h.received AND h.due_at <= now()
+	 WHERE NOT h.parked AND NOT h.received AND h.due_at <= now() AND ` + notHeld + `
 	 ORDER BY h.due_at LIMIT $2::INT8)
 	UNION ALL
 	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
-	 WHERE NOT h.parked AND h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond'
+	 WHERE NOT h.parked AND h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond' AND ` + notHeld + `
 	 ORDER BY h.due_at LIMIT $2::INT8)
 ) AS d
 ORDER BY d.due_at LIMIT $2::INT8`
+
+// notHeld is true when h's aggregate is not under replay (replay_hold, migration 0026):
+// a live event of an aggregate a replay run holds waits until the aggregate's replay
+// items are done, so that none commits between two of its replayed events; the other
+// aggregates flow. It is in the picks' WHERE clauses, before their LIMITs, so that held
+// heads do not use up a pick: the heads are still read through aggregate_head_due in
+// due order, and replay_hold, which has a row per aggregate of an unfinished run only
+// (empty but during a replay), is probed by its key or hashed whole, which costs what
+// the held aggregates cost, not the journal. The locks re-check it (lockHeadsSQL,
+// lockBatchSQL), since the pick is only a hint. On CockroachDB the pick runs outside
+// the processing transaction (PickHeads), so its read of replay_hold adds nothing to
+// that transaction's serializable read set. A hold committed after a claim's lock
+// statement read replay_hold is met by the replay's own lock of the aggregate's pending
+// entries (journal.LockAggregatePending), which waits for the live transaction's row
+// lock on its head entry to be released at its commit: SELECT FOR UPDATE's locks are
+// held to the end of the transaction and a second locking read of the row waits
+// (https://www.cockroachlabs.com/docs/stable/select-for-update).
+const notHeld = `NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = h.aggregate_id)`
 
 // pickAggregatesSQL picks the heads of the given aggregates ($1) that are due and not
 // parked, by primary key.
 const pickAggregatesSQL = `
 SELECT h.head_id::TEXT FROM aggregate_head AS h
-WHERE h.aggregate_id = ANY ($1::TEXT[]) AND NOT h.parked AND h.due_at <= now()`
+WHERE h.aggregate_id = ANY ($1::TEXT[]) AND NOT h.parked AND h.due_at <= now() AND ` + notHeld
 
 // headCheck is true when an entry j, once locked, is still its aggregate's head:
 // nothing earlier pending, no earlier DEAD entry parking the aggregate. The pick ran
@@ -106,6 +124,7 @@ func lockHeadsSQL(skip bool) string {
 		       j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
 		       AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $2::INT8 * INTERVAL '1 millisecond')
 		       AND ` + headCheck + `
+		       AND NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id)
 		FROM journal AS j
 		WHERE j.id = ANY ($1::UUID[])
 		` + order

@@ -138,7 +138,8 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 // lookup whatever the statistics say: with the status check in the WHERE clause, an
 // analyzed journal of settled entries made PostgreSQL scan journal_pending and filter
 // it by id. Each EXISTS stays a subplan that probes journal_aggregate_pending or
-// journal_aggregate_parked for the locked row's aggregate.
+// journal_aggregate_parked for the locked row's aggregate. An aggregate under replay
+// (replay_hold, see notHeld) blocks the entry too: it waits for the replay.
 const lockBatchSQL = `
 		SELECT ` + headColumns + `,
 		       EXISTS (
@@ -148,7 +149,8 @@ const lockBatchSQL = `
 		       OR EXISTS (
 			SELECT 1 FROM journal AS p
 			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
-			  AND p.status = 'DEAD' AND p.skipped_at IS NULL),
+			  AND p.status = 'DEAD' AND p.skipped_at IS NULL)
+		       OR EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id),
 		       j.status IN ('RECEIVED', 'FAILED')
 		FROM journal AS j
 		WHERE j.id = ANY ($1::UUID[])

@@ -59,6 +59,7 @@ type Metrics struct {
 	OutboxDeleted       prometheus.Counter // sent rows removed by retention
 
 	ShadowEvents *prometheus.CounterVec // shadow replay events, by result (same, differing, timed_out)
+	ReplayItems  *prometheus.CounterVec // replay attempts, by outcome (processed, rejected, failed, dead)
 }
 
 // MarkIngestCommit records that an ingest batch was committed and acked just now.
@@ -113,6 +114,8 @@ func New() *Metrics {
 	f(m.OutboxDeleted)
 	m.ShadowEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_shadow_events_total", Help: "Events run by shadow replays, by result."}, []string{"result"})
 	f(m.ShadowEvents)
+	m.ReplayItems = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inboxd_replay_items_total", Help: "Replay attempts of events, by outcome."}, []string{"outcome"})
+	f(m.ReplayItems)
 
 	now := time.Now().UnixNano()
 	m.lastCommit.Store(now)

@@ -345,8 +345,12 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 // shadow run (eventctx.SinkFrom) the messages go to the run's sink, not the outbox.
 func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, error) {
 	var eventID *string
+	replayRun := ""
 	if ev, ok := eventctx.From(ctx); ok && ev.ID != "" {
 		eventID = &ev.ID
+		if ev.Mode == eventctx.Replay {
+			replayRun = ev.Run
+		}
 	}
 	sink := eventctx.SinkFrom(ctx)
 	out := make([]Emitted, len(msgs))
@@ -361,6 +365,13 @@ func EmitBatch(ctx context.Context, tx pgx.Tx, msgs []Outgoing) ([]Emitted, erro
 		id, err := o.Validate()
 		if err != nil {
 			return nil, &InvalidError{Index: i, Err: err}
+		}
+		if replayRun != "" {
+			// A replay publishes messages of its own: the id the handler chose (derived
+			// from the event, say, as the first run's was) is derived again with the run,
+			// so that neither the outbox nor a downstream inbox drops them as duplicates of
+			// the first run's, while a rerun of the same run still gives the same ids.
+			id = DerivedID(id, "replay", replayRun)
 		}
 		out[i].ID = id
 		if first[id] {

@@ -114,6 +114,15 @@ func (e *Engine) Shadow(ctx context.Context, tx pgx.Tx, ev Event) (Outcome, erro
 	return e.outcome(ev, herr), herr, nil
 }
 
+// Backoff is the delay before the next attempt of a failed event of eventType whose
+// attempt-th attempt failed with herr, by its retry policy.
+func (e *Engine) Backoff(eventType string, attempt int, herr error) time.Duration {
+	return e.backoff(e.policy(eventType), attempt, herr)
+}
+
+// MaxAttempts is the attempts eventType's retry policy allows before DEAD.
+func (e *Engine) MaxAttempts(eventType string) int { return e.policy(eventType).MaxAttempts }
+
 // IsTimeout reports a handler that overran HandlerTimeout (Shadow's err).
 func IsTimeout(err error) bool {
 	var to *timeoutError
@@ -285,7 +294,7 @@ func (e *Engine) runHandler(ctx context.Context, sp *savepoint, ev Event) (handl
 	}
 	// The event and mode, for Emit (the outbox row's event) and for a shadow run's sink,
 	// whose messages of a rolled-back run are forgotten as their rows would be.
-	ctx = eventctx.With(ctx, eventctx.Event{ID: ev.ID, Mode: ev.Mode})
+	ctx = eventctx.With(ctx, eventctx.Event{ID: ev.ID, Mode: ev.Mode, Run: ev.ReplayRun})
 	if sink := eventctx.SinkFrom(ctx); sink != nil {
 		mark := sink.Len()
 		defer func() {

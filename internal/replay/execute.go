@@ -1,0 +1,242 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/eventctx"
+	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/message"
+	"github.com/inboxd/inboxd/internal/metrics"
+	"github.com/inboxd/inboxd/internal/process"
+)
+
+// StorePlan plans a replay of sel (BuildPlan) and stores it, frozen, as a run in state
+// planned: the run's id and counts are in the returned run.
+func StorePlan(ctx context.Context, pool *pgxpool.Pool, sel journal.Selection, noTail bool, limit int) (journal.ReplayRun, *Plan, error) {
+	p, err := BuildPlan(ctx, pool, sel, noTail, limit)
+	if err != nil {
+		return journal.ReplayRun{}, nil, err
+	}
+	selJSON, err := json.Marshal(sel)
+	if err != nil {
+		return journal.ReplayRun{}, nil, fmt.Errorf("encoding a replay selection: %w", err)
+	}
+	run := journal.ReplayRun{ID: message.NewID(), State: journal.RunPlanned, Selection: selJSON, Tail: !noTail,
+		Events: int64(p.Events), Selected: int64(p.Selected), AddedByTail: int64(p.AddedByTail),
+		Aggregates: int64(p.Aggregates), Types: map[string]int64{}}
+	for t, n := range p.Types {
+		run.Types[t] = int64(n)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return run, nil, fmt.Errorf("storing a replay plan: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := journal.InsertReplayRun(ctx, tx, run, p.Items); err != nil {
+		return run, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return run, nil, fmt.Errorf("storing a replay plan: %w", err)
+	}
+	return run, p, nil
+}
+
+// Executor runs stored replay runs for real with the handlers of a registry.
+//
+// Each item runs in its own transaction, which locks the item, runs the event's handler
+// (Event.Mode replay, Event.ReplayRun the run), records the attempt in the journal's
+// history with the run's id and marks the item done, all in one commit: a crash before
+// the commit leaves the item pending and its effects rolled back, so it runs again;
+// after, the item is done and never runs again in this run. Items run one at a time in
+// journal order, an aggregate's only after its earlier ones are done. The run's state
+// is read between items: a pause or a cancel takes effect before the next one.
+type Executor struct {
+	Pool     *pgxpool.Pool
+	Dialect  database.Dialect
+	Registry *process.Registry
+	Log      *slog.Logger
+	// Metrics counts the attempts (ReplayItems); nil: none.
+	Metrics *metrics.Metrics
+	// Engine configures the handlers' runs as processing's (retry policy, timeouts).
+	Engine process.Config
+	// Idle is the wait when no item is due (one backing off); default 200ms.
+	Idle time.Duration
+}
+
+// maxItemTries bounds the runs of an item whose transaction conflicts (40001).
+const maxItemTries = 5
+
+// Execute runs the run until it is done, paused or cancelled (it returns then, with
+// the run's state), or ctx ends. It resumes a run a crashed runner left: items done
+// stay done. One runner per run: a second one replays nothing twice (the item's lock
+// and state) but may break the order of an aggregate's items across the two.
+func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
+	log := x.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := x.Engine
+	cfg.Dialect = x.Dialect
+	eng := process.New(x.Pool, x.Registry, cfg, nil, log)
+	idle := x.Idle
+	if idle <= 0 {
+		idle = 200 * time.Millisecond
+	}
+	started := time.Now()
+	ran := 0
+	for {
+		run, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
+		if err != nil {
+			return "", err
+		}
+		if run.State != journal.RunRunning {
+			return run.State, nil
+		}
+		items, err := journal.NextReplayItems(ctx, x.Pool, runID, 100)
+		if err != nil {
+			return "", err
+		}
+		if len(items) == 0 {
+			done, err := journal.FinishReplayRun(ctx, x.Pool, runID)
+			if err != nil {
+				return "", err
+			}
+			if done {
+				log.Info("replay run done", "run", runID, "events", run.Events)
+				return journal.RunDone, nil
+			}
+			if err := sleep(ctx, idle); err != nil {
+				return "", err
+			}
+			continue
+		}
+		for i, it := range items {
+			if i > 0 { // between events: the run's state, as an operator may have changed it
+				st, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
+				if err != nil {
+					return "", err
+				}
+				if st.State != journal.RunRunning {
+					return st.State, nil
+				}
+			}
+			if run.Rate > 0 {
+				due := started.Add(time.Duration(float64(ran) / run.Rate * float64(time.Second)))
+				if err := sleep(ctx, time.Until(due)); err != nil {
+					return "", err
+				}
+			}
+			var res journal.ReplayResult
+			var ok bool
+			for try := 1; ; try++ {
+				res, ok, err = x.one(ctx, eng, run, it)
+				if err == nil || !isConflict(err) || try == maxItemTries {
+					break
+				}
+			}
+			if err != nil {
+				return "", err
+			}
+			ran++
+			if ok && x.Metrics != nil {
+				x.Metrics.ReplayItems.WithLabelValues(strings.ToLower(string(res.Outcome))).Inc()
+			}
+			if res.Outcome != journal.StatusProcessed && res.Outcome != journal.StatusRejected {
+				// The aggregate's later items wait for it; the next page leaves them out.
+				break
+			}
+		}
+	}
+}
+
+// one replays one item in its own transaction; ok is false when it was no longer
+// pending (a runner before a crash committed it).
+func (x Executor) one(ctx context.Context, eng *process.Engine, run journal.ReplayRun, it journal.ReplayItem) (journal.ReplayResult, bool, error) {
+	var res journal.ReplayResult
+	tx, err := x.Pool.Begin(ctx)
+	if err != nil {
+		return res, false, fmt.Errorf("beginning the replay of %s: %w", it.EventID, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	state, attempts, err := journal.LockReplayItem(ctx, tx, it)
+	if err != nil {
+		return res, false, err
+	}
+	if state != journal.ItemPending {
+		return res, false, nil
+	}
+	if err := journal.LockAggregatePending(ctx, tx, it.AggregateID); err != nil {
+		return res, false, err
+	}
+	rec, err := journal.Get(ctx, tx, it.EventID)
+	if err != nil {
+		return res, false, fmt.Errorf("reading event %s to replay: %w", it.EventID, err)
+	}
+	hctx := ctx
+	if !run.Publish {
+		// Suppressed: Emit writes the run's messages to a sink that is dropped.
+		hctx = eventctx.WithSink(ctx, &eventctx.Sink{})
+	}
+	ev := process.Event{ID: rec.ID, Type: rec.EventType, AggregateID: rec.AggregateID, SequenceNo: rec.SequenceNo,
+		Tag: rec.Tag, Payload: rec.Payload, Attempt: attempts + 1, Mode: eventctx.Replay, ReplayRun: run.ID}
+	res.StartedAt = time.Now()
+	out, herr, err := eng.Shadow(hctx, tx, ev)
+	res.Took = time.Since(res.StartedAt)
+	res.Runs = 1
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return res, false, fmt.Errorf("replaying %s: %w", it.EventID, ctx.Err())
+	case err != nil && (process.IsTimeout(err) || isTimeoutCode(err)):
+		// The transaction is gone with its effects: record the timeout as a failed attempt
+		// in a fresh one.
+		_ = tx.Rollback(ctx)
+		herr, out = err, process.OutcomeFailed
+		if attempts+1 >= eng.MaxAttempts(rec.EventType) {
+			out = process.OutcomeDead
+		}
+		if tx, err = x.Pool.Begin(ctx); err != nil {
+			return res, false, fmt.Errorf("recording the replay of %s: %w", it.EventID, err)
+		}
+		if state, attempts, err = journal.LockReplayItem(ctx, tx, it); err != nil || state != journal.ItemPending {
+			return res, false, err
+		}
+	case err != nil:
+		return res, false, fmt.Errorf("replaying %s: %w", it.EventID, err)
+	}
+	res.Outcome = out.Status()
+	if herr != nil {
+		res.Error = herr.Error()
+	}
+	if out == process.OutcomeFailed {
+		res.Backoff = eng.Backoff(rec.EventType, attempts+1, herr)
+	}
+	if err := journal.FinishReplayItem(ctx, tx, it, attempts+1, res); err != nil {
+		return res, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, false, fmt.Errorf("committing the replay of %s: %w", it.EventID, err)
+	}
+	return res, true, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
