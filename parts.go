@@ -31,6 +31,7 @@ import (
 	"github.com/inboxd/inboxd/internal/notifier"
 	"github.com/inboxd/inboxd/internal/outbox"
 	"github.com/inboxd/inboxd/internal/process"
+	"github.com/inboxd/inboxd/internal/replay"
 	"github.com/inboxd/inboxd/internal/retention"
 	"github.com/inboxd/inboxd/internal/stompx"
 	"github.com/inboxd/inboxd/internal/webhook"
@@ -187,6 +188,12 @@ func (c assembly) run(ctx context.Context) error {
 	if push != nil {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "push", Run: push.Run})
 	}
+	// Replay runs started (StartReplay) are run here, and taken over after a crash.
+	rx := replay.Executor{Pool: c.pool, Dialect: dialect, Registry: c.reg, Log: log.With("component", "replay"),
+		Metrics: c.m, Engine: pc}
+	work.Parts = append(work.Parts, lifecycle.Part{Name: "replay", Run: func(ctx context.Context) error {
+		return replay.RunRunning(ctx, rx, time.Second)
+	}})
 	if hook != nil {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "webhook", Run: func(ctx context.Context) error {
 			return hook.Run(ctx, workBudget)

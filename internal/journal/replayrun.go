@@ -389,3 +389,65 @@ func RunningReplayRuns(ctx context.Context, db database.DB) ([]string, error) {
 	}
 	return ids, nil
 }
+
+// ErrRunLeased is the error for a running run another runner holds the lease of.
+var ErrRunLeased = errors.New("replay run is being run by another runner")
+
+// sqlLeaseReplayRun takes or renews the lease of a running run for owner, unless
+// another runner holds one that has not expired. It returns nothing otherwise. One
+// statement by key: on CockroachDB the UPDATE's read and write of the row are one
+// serializable step, and of two runners racing, one waits or restarts and then sees
+// the other's lease (https://www.cockroachlabs.com/docs/stable/update).
+const sqlLeaseReplayRun = `UPDATE replay_run SET runner = $2::TEXT, runner_until = now() + $3::INT8 * INTERVAL '1 millisecond'
+	WHERE id = $1::UUID AND state = 'running'
+	  AND (runner IS NULL OR runner = $2::TEXT OR runner_until IS NULL OR runner_until < now())
+	RETURNING 1`
+
+// LeaseReplayRun takes or renews owner's lease of a running run for ttl. It returns
+// the run's state when it is not running, and ErrRunLeased when another runner's lease
+// holds it.
+func LeaseReplayRun(ctx context.Context, db database.DB, run, owner string, ttl time.Duration) (string, error) {
+	var one int
+	err := db.QueryRow(ctx, sqlLeaseReplayRun, run, owner, ttl.Milliseconds()).Scan(&one)
+	if err == nil {
+		return RunRunning, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("leasing replay run %s: %w", run, err)
+	}
+	r, err := GetReplayRun(ctx, db, run, false)
+	if err != nil {
+		return "", err
+	}
+	if r.State == RunRunning {
+		return r.State, fmt.Errorf("%w: %s", ErrRunLeased, run)
+	}
+	return r.State, nil
+}
+
+// sqlReplayRunnable tells whether a run has a pending item not behind a dead one: an
+// item that runs now or after its backoff.
+const sqlReplayRunnable = `SELECT EXISTS (SELECT 1 FROM replay_item AS i
+	WHERE i.run_id = $1::UUID AND i.state = 'pending'
+	  AND NOT EXISTS (SELECT 1 FROM replay_item AS p
+		WHERE p.run_id = i.run_id AND p.aggregate_id = i.aggregate_id AND p.position < i.position
+		  AND p.state = 'dead'))`
+
+// ReplayRunnable reports whether run has an item left to run (sqlReplayRunnable).
+func ReplayRunnable(ctx context.Context, db database.DB, run string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, sqlReplayRunnable, run).Scan(&ok); err != nil {
+		return false, fmt.Errorf("reading replay run %s's progress: %w", run, err)
+	}
+	return ok, nil
+}
+
+const sqlReleaseReplayLease = `UPDATE replay_run SET runner = NULL, runner_until = NULL WHERE id = $1::UUID AND runner = $2::TEXT`
+
+// ReleaseReplayLease gives up owner's lease of run, when its runner leaves it.
+func ReleaseReplayLease(ctx context.Context, db database.DB, run, owner string) error {
+	if _, err := db.Exec(ctx, sqlReleaseReplayLease, run, owner); err != nil {
+		return fmt.Errorf("releasing replay run %s's lease: %w", run, err)
+	}
+	return nil
+}

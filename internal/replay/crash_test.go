@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -33,7 +34,7 @@ func TestHelperReplayRunner(t *testing.T) {
 	defer pool.Close()
 	_, reg := registryOnly()
 	os.Stdout.WriteString("running\n")
-	_, err = replay.Executor{Pool: pool, Dialect: database.PostgreSQL, Registry: reg}.Execute(context.Background(), run)
+	_, err = replay.Executor{Pool: pool, Dialect: database.PostgreSQL, Registry: reg, LeaseTTL: 2 * time.Second}.Execute(context.Background(), run)
 	t.Fatalf("the runner returned (%v); it should have been killed", err)
 }
 
@@ -96,7 +97,17 @@ func TestReplaySurvivesKill9(t *testing.T) {
 	if atKill >= n {
 		t.Fatalf("the child finished the run (%d events) before it was killed", atKill)
 	}
-	state, err := replay.Executor{Pool: db.Pool, Dialect: database.PostgreSQL, Registry: reg}.Execute(ctx, run.ID)
+	// The dead runner's lease keeps the run until it expires; then the restarted runner
+	// takes it over and finishes the run.
+	x := replay.Executor{Pool: db.Pool, Dialect: database.PostgreSQL, Registry: reg}
+	if _, err := x.Execute(ctx, run.ID); !errors.Is(err, journal.ErrRunLeased) {
+		t.Errorf("runner beside the dead one's lease: %v, want ErrRunLeased", err)
+	}
+	var state string
+	testenv.Eventually(t, time.Minute, "the restarted runner finishes the run", func() bool {
+		state, err = x.Execute(ctx, run.ID)
+		return !errors.Is(err, journal.ErrRunLeased)
+	})
 	if err != nil || state != journal.RunDone {
 		t.Fatalf("restarted runner: state %q, %v", state, err)
 	}

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -69,6 +70,8 @@ type Executor struct {
 	Engine process.Config
 	// Idle is the wait when no item is due (one backing off); default 200ms.
 	Idle time.Duration
+	// LeaseTTL is how long the run's lease outlives its runner; default 30s.
+	LeaseTTL time.Duration
 }
 
 // maxItemTries bounds the runs of an item whose transaction conflicts (40001).
@@ -76,8 +79,9 @@ const maxItemTries = 5
 
 // Execute runs the run until it is done, paused or cancelled (it returns then, with
 // the run's state), or ctx ends. It resumes a run a crashed runner left: items done
-// stay done. One runner per run: a second one replays nothing twice (the item's lock
-// and state) but may break the order of an aggregate's items across the two.
+// stay done. One runner per run: a second one would replay nothing twice (the item's lock
+// and state): the run's lease (LeaseTTL, renewed between events) keeps a second
+// runner out, with journal.ErrRunLeased, until the first one's lease expires.
 func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 	log := x.Log
 	if log == nil {
@@ -90,15 +94,37 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 	if idle <= 0 {
 		idle = 200 * time.Millisecond
 	}
+	ttl := x.LeaseTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	owner := message.NewID()
+	defer func() {
+		// Leaving the run (paused, parked, done, ctx's end): another runner, or this
+		// instance's next look, may take it at once. Bounded, as ctx may be over.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := journal.ReleaseReplayLease(rctx, x.Pool, runID, owner); err != nil {
+			log.Warn("releasing a replay run's lease", "run", runID, "error", err)
+		}
+	}()
+	// lease renews the run's lease (between events: a pause or cancel is seen there).
+	lease := func() (string, error) {
+		st, err := journal.LeaseReplayRun(ctx, x.Pool, runID, owner, ttl)
+		if err != nil {
+			return st, err
+		}
+		return st, nil
+	}
 	started := time.Now()
 	ran := 0
 	for {
+		if st, err := lease(); err != nil || st != journal.RunRunning {
+			return st, err
+		}
 		run, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
 		if err != nil {
 			return "", err
-		}
-		if run.State != journal.RunRunning {
-			return run.State, nil
 		}
 		items, err := journal.NextReplayItems(ctx, x.Pool, runID, 100)
 		if err != nil {
@@ -113,6 +139,18 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 				log.Info("replay run done", "run", runID, "events", run.Events)
 				return journal.RunDone, nil
 			}
+			// Only dead items (and those behind them) left: the run is parked until an
+			// operator cancels it; its runner leaves it.
+			if runnable, err := journal.ReplayRunnable(ctx, x.Pool, runID); err != nil {
+				return "", err
+			} else if !runnable {
+				c, err := journal.GetReplayRun(ctx, x.Pool, runID, true)
+				if err != nil {
+					return "", err
+				}
+				log.Warn("replay run parked by dead events: cancel it to release their aggregates", "run", runID, "dead", c.Dead)
+				return journal.RunRunning, nil
+			}
 			if err := sleep(ctx, idle); err != nil {
 				return "", err
 			}
@@ -120,12 +158,8 @@ func (x Executor) Execute(ctx context.Context, runID string) (string, error) {
 		}
 		for i, it := range items {
 			if i > 0 { // between events: the run's state, as an operator may have changed it
-				st, err := journal.GetReplayRun(ctx, x.Pool, runID, false)
-				if err != nil {
-					return "", err
-				}
-				if st.State != journal.RunRunning {
-					return st.State, nil
+				if st, err := lease(); err != nil || st != journal.RunRunning {
+					return st, err
 				}
 			}
 			if run.Rate > 0 {
@@ -238,5 +272,37 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// RunRunning runs the running replay runs, one at a time, checking for them every
+// interval, until ctx ends: the part of a running inboxd that executes StartReplay's
+// runs and takes over those of an instance that died. A run another instance's runner
+// holds is left to it.
+func RunRunning(ctx context.Context, x Executor, interval time.Duration) error {
+	log := x.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for {
+		ids, err := journal.RunningReplayRuns(ctx, x.Pool)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("listing replay runs", "error", err)
+		}
+		for _, id := range ids {
+			st, err := x.Execute(ctx, id)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, journal.ErrRunLeased):
+			case err != nil:
+				log.Warn("replay run stopped", "run", id, "error", err)
+			default:
+				log.Info("replay run left", "run", id, "state", st)
+			}
+		}
+		if sleep(ctx, interval) != nil {
+			return nil
+		}
 	}
 }

@@ -57,15 +57,22 @@ func newChecker(migrations []string) (*checker, error) {
 			return nil, fmt.Errorf("parsing migration: %w", err)
 		}
 		for _, s := range stmts {
-			ct, ok := s.AST.(*tree.CreateTable)
-			if !ok {
-				continue
-			}
-			for _, d := range ct.Defs {
-				col, ok := d.(*tree.ColumnTableDef)
-				if !ok {
-					continue
+			var defs []*tree.ColumnTableDef
+			switch st := s.AST.(type) {
+			case *tree.CreateTable:
+				for _, d := range st.Defs {
+					if col, ok := d.(*tree.ColumnTableDef); ok {
+						defs = append(defs, col)
+					}
 				}
+			case *tree.AlterTable: // the columns later migrations add
+				for _, cmd := range st.Cmds {
+					if add, ok := cmd.(*tree.AlterTableAddColumn); ok {
+						defs = append(defs, add.ColumnDef)
+					}
+				}
+			}
+			for _, col := range defs {
 				typ, err := tree.ResolveType(context.Background(), col.Type, nil)
 				if err != nil {
 					return nil, fmt.Errorf("column %s: %w", col.Name, err)
