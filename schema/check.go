@@ -112,7 +112,8 @@ func compare(ms []Migration, rows []applied) error {
 	for _, m := range ms {
 		known[m.Version] = true
 		latest = max(latest, m.Version)
-		if !have[m.Version] {
+		// A retired migration changes nothing: Migrate records it, Check never asks for it.
+		if !have[m.Version] && !m.Retired() {
 			e.Missing = append(e.Missing, m.Name)
 		}
 	}

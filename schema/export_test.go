@@ -36,3 +36,12 @@ func WithLeaseJobs(ctx context.Context, pool *pgxpool.Pool, ttl, poll time.Durat
 
 // RecordMigration records m as applied while holder's lease holds.
 var RecordMigration = recordMigration
+
+// CheckNone is Check's decision on a database with no migration recorded.
+func CheckNone() error {
+	ms, err := Migrations()
+	if err != nil {
+		return err
+	}
+	return compare(ms, nil)
+}

@@ -89,7 +89,7 @@ func TestServeRefusesASchemaBehind(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"serve", "-database-url", db.URL, "-http-addr", ""}, "migrations 0001_journal.sql, 0002_customers.sql, "},
+		{[]string{"serve", "-database-url", db.URL, "-http-addr", ""}, "migrations 0001_journal.sql, 0003_feed_watermark.sql, "},
 		{[]string{"serve", "-database-url", db.URL, "-demo"}, `run "inboxd migrate"`},
 		{[]string{"serve", "-database-url", migrated.URL, "-demo"}, "inboxd migrate -demo"},
 	} {

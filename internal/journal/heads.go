@@ -130,6 +130,12 @@ func lockHeadsSQL(skip bool) string {
 		` + order
 }
 
+// maxLockChunks bounds the lock statements of one claim: past it, the batch runs with
+// what it locked. When other workers hold most of the pick, the chunks after the first
+// ask for the few heads still missing, each mostly held too: e2e-max's two workers sent
+// up to 55 of them in one transaction, each a round trip with the batch's locks held.
+const maxLockChunks = 4
+
 // pickSpread is how many times limit PickHeads picks: the locks then go past heads other
 // workers hold, a chunk at a time, without picking again.
 const pickSpread = 4
@@ -163,9 +169,10 @@ func PickHeads(ctx context.Context, db database.DB, grace time.Duration, limit i
 // LockPicked locks, for the rest of tx, up to limit of the picked heads (PickHeads)
 // that are still due heads of their aggregates. skip: rows other transactions hold are
 // skipped (SKIP LOCKED), and the next picked ones are tried, a chunk at a time, until
-// limit are locked or the pick is used up; otherwise (the successors of a delivery, see
-// ClaimHeads) they are waited for, in sequence order. It never locks a row it was not
-// asked for, and it asks for no more than it still needs.
+// limit are locked, the pick is used up or maxLockChunks chunks were sent; otherwise
+// (the successors of a delivery, see ClaimHeads) they are waited for, in sequence
+// order. It never locks a row it was not asked for, and it asks for no more than it
+// still needs.
 func LockPicked(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool) ([]Head, error) {
 	return LockPickedOpening(ctx, tx, picked, grace, limit, skip, "")
 }
@@ -179,7 +186,7 @@ func LockPicked(ctx context.Context, tx database.DB, picked []string, grace time
 // https://www.cockroachlabs.com/docs/stable/savepoint#savepoint-name-visibility).
 func LockPickedOpening(ctx context.Context, tx database.DB, picked []string, grace time.Duration, limit int, skip bool, savepoint string) ([]Head, error) {
 	var out []Head
-	for len(picked) > 0 && len(out) < limit {
+	for chunks := 0; len(picked) > 0 && len(out) < limit && chunks < maxLockChunks; chunks++ {
 		n := min(limit-len(out), len(picked))
 		got, err := lockOpening(ctx, tx, "claiming due journal entries", savepoint, lockHeadsSQL(skip), picked[:n], grace.Milliseconds())
 		if err != nil {

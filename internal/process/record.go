@@ -82,43 +82,6 @@ func (e *Engine) settling(heads []journal.Head, recs []journal.Outcome) ([]strin
 	return aggs, nil
 }
 
-// settleHeads moves the aggregates of the recorded outcomes on to their next head
-// (journal.SettleHeads), in the batch's transaction, and returns those left with a
-// head that is not parked. A DEAD event of a type that runs on (Registry.RunOnDead) is
-// skipped first, so that it does not park its aggregate.
-func (e *Engine) settleHeads(ctx context.Context, tx pgx.Tx, heads []journal.Head, recs []journal.Outcome) (map[string]bool, error) {
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	// recs follow heads' order (runBatch records in sequence order), so one pass
-	// usually pairs them, without a map (this runs for every batch).
-	var runOn []string
-	aggs := make([]string, 0, len(recs))
-	i := 0
-	for _, r := range recs {
-		for i < len(heads) && heads[i].ID != r.ID {
-			i++
-		}
-		if i == len(heads) {
-			i = slices.IndexFunc(heads, func(h journal.Head) bool { return h.ID == r.ID })
-			if i < 0 {
-				return nil, fmt.Errorf("recorded outcome of %s, which the batch did not claim", r.ID)
-			}
-		}
-		h := &heads[i]
-		if n := len(aggs); n == 0 || aggs[n-1] != h.AggregateID {
-			aggs = append(aggs, h.AggregateID)
-		}
-		if r.Status == journal.StatusDead && e.reg.runsOnDead(h.EventType) {
-			runOn = append(runOn, r.ID)
-		}
-	}
-	if err := journal.SkipDead(ctx, tx, runOn, journal.RunOnSkipper); err != nil {
-		return nil, err
-	}
-	return journal.SettleHeads(ctx, tx, aggs)
-}
-
 // recordTimeout records the failed attempt of a handler that overran its deadline, in
 // a transaction of its own (the handler's was abandoned).
 func (e *Engine) recordTimeout(ctx context.Context, ev Event, herr error) (Outcome, error) {
@@ -166,10 +129,12 @@ func (e *Engine) recordInOwnTx(ctx context.Context, ev Event, out Outcome, rec j
 			return err
 		}
 		got = out
-		if err := journal.RecordOutcomes(ctx, tx, []journal.Outcome{rec}); err != nil {
+		recs := []journal.Outcome{rec}
+		aggs, err := e.settling([]journal.Head{p}, recs)
+		if err != nil {
 			return err
 		}
-		_, err = e.settleHeads(ctx, tx, []journal.Head{p}, []journal.Outcome{rec})
+		_, err = journal.Settle(ctx, tx, recs, aggs)
 		return err
 	})
 	return got, err

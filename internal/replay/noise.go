@@ -42,7 +42,7 @@ func ParsePath(s string) (Path, error) {
 	}
 	if h, ok := strings.CutPrefix(s, "headers."); ok {
 		if h == "" || strings.ContainsAny(h, " \t\r\n:") {
-			return Path{}, fmt.Errorf("%w %q: a header name after headers.", ErrPath, s)
+			return Path{}, fmt.Errorf("%w %q: want a header name after \"headers.\"", ErrPath, s)
 		}
 		p.header = strings.ToLower(h)
 		return p, nil

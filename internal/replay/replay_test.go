@@ -97,11 +97,10 @@ func (o orders) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
 // history is a processed fixture history: n events over 50 aggregates, two kinds,
 // every 40th refused (REJECTED), all processed by the v1 handler.
 type history struct {
-	db        *testenv.DB
-	ids       []string
-	kind      map[string]string
-	rejected  map[string]bool
-	processed int
+	db       *testenv.DB
+	ids      []string
+	kind     map[string]string
+	rejected map[string]bool
 }
 
 func newHistory(t *testing.T, n int) *history {

@@ -9,7 +9,8 @@
 // those contexts and adds a transaction's counts to its totals when it commits. BEGIN
 // and COMMIT are not counted, nor what BEGIN's own query carries (the transaction's
 // settings), nor the round trips pgx spends preparing a statement the first time a
-// connection sends it.
+// connection sends it, nor pgxpool's ping of a connection idle for a second before it
+// hands it out.
 package txstats
 
 import (
@@ -111,7 +112,7 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Trac
 	}
 	sql := strings.TrimSpace(data.SQL)
 	switch {
-	case !handler && hasPrefixFold(sql, "begin"):
+	case !handler && hasPrefixFold(sql, "begin"), sql == "-- ping":
 	case !handler && strings.EqualFold(sql, "commit"):
 		t.commit(c)
 	default:
