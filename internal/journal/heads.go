@@ -57,7 +57,7 @@ SELECT d.head_id::TEXT FROM (
 ) AS d
 ORDER BY d.due_at LIMIT $2::INT8`
 
-// notHeld is true when h's aggregate is not under replay (replay_hold, migration 0026):
+// notHeld is true when h's aggregate is not under replay (replay_hold, migration 0019):
 // a live event of an aggregate a replay run holds waits until the aggregate's replay
 // items are done, so that none commits between two of its replayed events; the other
 // aggregates flow. It is in the picks' WHERE clauses, before their LIMITs, so that held

@@ -12,7 +12,7 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 )
 
-// Replay runs (tables replay_run, replay_item, replay_hold; migration 0026). A plan is
+// Replay runs (tables replay_run, replay_item, replay_hold; migration 0019). A plan is
 // stored frozen (InsertReplayRun), started (StartReplayRun), then run item by item, each
 // in the transaction that runs its handler (LockReplayItem … FinishReplayItem).
 
