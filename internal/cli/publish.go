@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxd/inboxd/internal/config"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/loadgen"
@@ -75,25 +77,15 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if !verify {
 		return nil
 	}
-	pool, err := openPool(ctx, cfg, 0)
+	err = pollJournal(ctx, cfg, verifyWithin, func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+		err := loadgen.Verify(ctx, pool, exp)
+		if err != nil && ctx.Err() != nil {
+			return false, fmt.Errorf("after %s: %w", verifyWithin, err)
+		}
+		return err == nil, nil
+	})
 	if err != nil {
 		return err
-	}
-	defer pool.Close()
-	vctx, cancel := context.WithTimeout(ctx, verifyWithin)
-	defer cancel()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := loadgen.Verify(vctx, pool, exp)
-		if err == nil {
-			break
-		}
-		select {
-		case <-vctx.Done():
-			return fmt.Errorf("after %s: %w", verifyWithin, err)
-		case <-tick.C:
-		}
 	}
 	fmt.Fprintf(e.stdout, "verified after %s: journal holds exactly the %d unique valid ids, quarantine exactly the %d malformed messages\n",
 		time.Since(start).Round(time.Millisecond), len(exp.IDs), exp.MalformedCount())
@@ -158,29 +150,51 @@ func publishOne(ctx context.Context, e *env, cfg *config.Config, dest, body, bod
 	if !verify {
 		return nil
 	}
+	err = pollJournal(ctx, cfg, within, func(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+		_, err := journal.Get(ctx, pool, ev.ID)
+		switch {
+		case err == nil:
+			return true, nil
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("the journal does not hold event %s after %s", ev.ID, within)
+		case !errors.Is(err, journal.ErrNotFound):
+			return false, fmt.Errorf("reading the journal: %w", err)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "verified: the journal holds event %s\n", ev.ID)
+	return nil
+}
+
+// pollJournal asks done every 200 ms, for at most within, until it reports true or an
+// error. done sees the bounded context, so it can tell its own failure from the end
+// of the wait; one that returns false after the wait ended gets one more call's error.
+func pollJournal(ctx context.Context, cfg *config.Config, within time.Duration, done func(context.Context, *pgxpool.Pool) (bool, error)) error {
 	pool, err := openPool(ctx, cfg, 0)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	vctx, cancel := context.WithTimeout(ctx, within)
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		_, err := journal.Get(vctx, pool, ev.ID)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, journal.ErrNotFound) && vctx.Err() == nil {
-			return fmt.Errorf("reading the journal: %w", err)
+		ok, err := done(ctx, pool)
+		if ok || err != nil {
+			return err
 		}
 		select {
-		case <-vctx.Done():
-			return fmt.Errorf("the journal does not hold event %s after %s", ev.ID, within)
+		case <-ctx.Done():
+			// One more call, which sees the ended context and names what was missing.
+			if _, err := done(ctx, pool); err != nil {
+				return err
+			}
+			return fmt.Errorf("waiting for the journal: %w", ctx.Err())
 		case <-tick.C:
 		}
 	}
-	fmt.Fprintf(e.stdout, "verified: the journal holds event %s\n", ev.ID)
-	return nil
 }

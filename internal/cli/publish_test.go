@@ -72,3 +72,29 @@ func TestPublishGivenBody(t *testing.T) {
 		t.Errorf("-type without a body: exit %d, %s", code, errOut)
 	}
 }
+
+// publish of generated events with -verify waits until the journal and the quarantine
+// hold exactly what it sent, and says so; with nothing ingesting, it gives up after
+// -verify-timeout, naming the timeout.
+func TestPublishGeneratedVerifies(t *testing.T) {
+	db := testenv.NewDB(t)
+	broker := testenv.Broker(t)
+	queue := testenv.Queue(t)
+	common := []string{"publish", "-database-url", db.URL, "-stomp-addr", broker, "-to", queue,
+		"-n", "30", "-duplicates", "0.2", "-malformed", "0.1", "-verify"}
+	if code, _, errOut := run(t, append(common, "-verify-timeout", "1s")...); code == 0 || !strings.Contains(errOut, "after 1s") {
+		t.Fatalf("with nothing ingesting: exit %d, %s; want a failure after 1s", code, errOut)
+	}
+	c, err := inboxd.New(db.Pool, inboxd.Config{StompAddr: broker, Destinations: []string{queue},
+		DisableHTTP: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	if code, out, errOut := run(t, append(common, "-verify-timeout", "60s")...); code != 0 || !strings.Contains(out, "verified after") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+}

@@ -261,6 +261,7 @@ func (x Executor) one(ctx context.Context, eng *process.Engine, run journal.Repl
 	return res, true, nil
 }
 
+// sleep waits d, or until ctx ends and returns its error; a d of 0 or less waits nothing.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

@@ -175,18 +175,7 @@ func (r Runner) pace(ctx context.Context, rate float64, rep *Report) error {
 		return ctx.Err()
 	}
 	due := rep.Started.Add(time.Duration(float64(rep.Summary.Events) / rate * float64(time.Second)))
-	wait := time.Until(due)
-	if wait <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, time.Until(due))
 }
 
 // shadowOne runs one event's handler in a transaction it always rolls back.
