@@ -53,7 +53,7 @@ func TestReplayCommand(t *testing.T) {
 	if code, run, errOut = replay("run", run.ID); code != 0 || run.State != "done" || run.Done != 2 || replayed != 2 {
 		t.Fatalf("run: exit %d, %+v, %d replayed %s", code, run, replayed, errOut)
 	}
-	if code, _, errOut = replay("cancel", run.ID); code == 0 {
-		t.Fatalf("cancelling a done run: exit 0")
+	if code, _, errOut = replay("cancel", run.ID); code == 0 || errOut == "" {
+		t.Fatalf("cancelling a done run: exit %d, %q; want a failure that says why", code, errOut)
 	}
 }
