@@ -14,6 +14,7 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/logx"
 	"github.com/inboxd/inboxd/internal/message"
 	"github.com/inboxd/inboxd/internal/metrics"
 	"github.com/inboxd/inboxd/internal/process"
@@ -285,10 +286,18 @@ func RunRunning(ctx context.Context, x Executor, interval time.Duration) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// A database away fails every poll: logged once per outage, as the other parts do.
+	out := logx.Outage{Log: log, What: "database", Level: slog.LevelWarn}
+	runOut := logx.Outage{Log: log, What: "database", Level: slog.LevelWarn}
 	for {
 		ids, err := journal.RunningReplayRuns(ctx, x.Pool)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("listing replay runs", "error", err)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			out.Fail("listing replay runs failed; retrying every poll, logged once per outage", err)
+		default:
+			out.Recovered("listing replay runs works again")
 		}
 		for _, id := range ids {
 			st, err := x.Execute(ctx, id)
@@ -297,8 +306,9 @@ func RunRunning(ctx context.Context, x Executor, interval time.Duration) error {
 				return nil
 			case errors.Is(err, journal.ErrRunLeased):
 			case err != nil:
-				log.Warn("replay run stopped", "run", id, "error", err)
+				runOut.Fail("replay run stopped; trying again at the next poll, logged once per outage", fmt.Errorf("run %s: %w", id, err))
 			default:
+				runOut.Recovered("replay runs work again")
 				log.Info("replay run left", "run", id, "state", st)
 			}
 		}
