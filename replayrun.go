@@ -63,13 +63,25 @@ func (c *Client) PlanReplay(ctx context.Context, sel ReplaySelection) (*ReplayRu
 	return c.ReplayStatus(ctx, run.ID)
 }
 
-// StartReplay starts a planned run: reason and startedBy are recorded, rate bounds the
-// events per second (0: none), publish chooses whether the messages its handlers emit
-// are published (with ids of their own) or suppressed. Live events of the run's
-// aggregates wait until the aggregate's replay is done. The run is executed by
-// ExecuteReplay.
-func (c *Client) StartReplay(ctx context.Context, runID, reason, startedBy string, rate float64, publish bool) error {
-	if err := journal.StartReplayRun(ctx, c.pool, runID, reason, startedBy, rate, publish); err != nil {
+// ReplayStart is how StartReplay starts a planned run.
+type ReplayStart struct {
+	// Reason says why the run is started; it is recorded with the run, for the audit.
+	Reason string
+	// StartedBy names who started the run (an operator, a role); recorded with it.
+	StartedBy string
+	// Rate bounds the events replayed per second. Defaults to 0: no bound.
+	Rate float64
+	// Publish makes the messages the run's handlers emit published, each with an
+	// outbox id of its own, so that a downstream inbox does not drop it as a duplicate
+	// of the first run's. Defaults to false: they are suppressed.
+	Publish bool
+}
+
+// StartReplay starts a planned run as start says. Live events of the run's aggregates
+// wait until the aggregate's replay is done. A running Client executes the run, or
+// ExecuteReplay does.
+func (c *Client) StartReplay(ctx context.Context, runID string, start ReplayStart) error {
+	if err := journal.StartReplayRun(ctx, c.pool, runID, start.Reason, start.StartedBy, start.Rate, start.Publish); err != nil {
 		return fmt.Errorf("inboxd: starting replay: %w", err)
 	}
 	return nil

@@ -57,7 +57,7 @@ func TestClientReplay(t *testing.T) {
 	if _, err := c.PlanReplay(ctx, inboxd.ReplaySelection{Statuses: []string{"DEAD"}}); err == nil {
 		t.Error("a replay of DEAD events planned; DEAD has retry")
 	}
-	if err := c.StartReplay(ctx, run.ID, "handler fix", "operator", 0, false); err != nil {
+	if err := c.StartReplay(ctx, run.ID, inboxd.ReplayStart{Reason: "handler fix", StartedBy: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, time.Minute, "the run done", func() bool {

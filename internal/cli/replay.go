@@ -95,7 +95,7 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 		}
 		runID = run.ID
 	case "start":
-		err = c.StartReplay(ctx, runID, reason, by, rate, publish)
+		err = c.StartReplay(ctx, runID, inboxd.ReplayStart{Reason: reason, StartedBy: by, Rate: rate, Publish: publish})
 	case "pause":
 		err = c.PauseReplay(ctx, runID)
 	case "resume":
