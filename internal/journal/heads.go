@@ -267,7 +267,12 @@ n AS (
 	SELECT c.*, (c.did IS NOT NULL AND (c.pid IS NULL OR c.dseq < c.pseq)) AS parked
 	FROM c
 )
-INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received, parked)
+` + writeHeadsSQL
+
+// writeHeadsSQL writes each aggregate's row from n (its earliest pending entry pid and
+// DEAD entry did, and whether the DEAD one parks it): the one write of aggregate_head
+// rows, shared by upsertHeadsSQL and the settle (settleSQL).
+const writeHeadsSQL = `INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received, parked)
 SELECT n.aggregate_id,
        CASE WHEN n.parked THEN n.did ELSE n.pid END,
        CASE WHEN n.parked THEN n.dseq ELSE n.pseq END,

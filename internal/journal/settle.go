@@ -103,18 +103,7 @@ n AS (
 	FROM c WHERE c.pid IS NOT NULL OR c.did IS NOT NULL
 ),
 up AS (
-	INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received, parked)
-	SELECT n.aggregate_id,
-	       CASE WHEN n.parked THEN n.did ELSE n.pid END,
-	       CASE WHEN n.parked THEN n.dseq ELSE n.pseq END,
-	       CASE WHEN n.parked THEN n.ddue ELSE n.pdue END,
-	       NOT n.parked AND n.pstatus = 'RECEIVED',
-	       n.parked
-	FROM n
-	ORDER BY n.aggregate_id
-	ON CONFLICT (aggregate_id) DO UPDATE SET head_id = excluded.head_id, head_seq = excluded.head_seq,
-	    due_at = excluded.due_at, received = excluded.received, parked = excluded.parked
-	RETURNING aggregate_id, parked
+` + writeHeadsSQL + `
 )`
 
 // settleResultSQL is the select that ends settleSQL (and settlePGSQL).
