@@ -46,7 +46,12 @@ import (
 // (https://github.com/cockroachdb/cockroach/issues/121917,
 // https://github.com/cockroachdb/cockroach/issues/143017).
 const pickDueSQL = `
-SELECT d.head_id::TEXT FROM (
+SELECT d.head_id::TEXT FROM ` + dueHeadsSQL + ` AS d
+ORDER BY d.due_at LIMIT $2::INT8`
+
+// dueHeadsSQL is the due heads, at most $2 of each kind (FAILED and RECEIVED, $1 the
+// grace in ms), with their due times: the rows pickDueSQL and claimDueSQL pick from.
+const dueHeadsSQL = `(
 	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
 	 WHERE NOT h.parked AND NOT h.received AND h.due_at <= now() AND ` + notHeld + `
 	 ORDER BY h.due_at LIMIT $2::INT8)
@@ -54,8 +59,21 @@ SELECT d.head_id::TEXT FROM (
 	(SELECT h.head_id, h.due_at FROM aggregate_head AS h
 	 WHERE NOT h.parked AND h.received AND h.due_at <= now() - $1::INT8 * INTERVAL '1 millisecond' AND ` + notHeld + `
 	 ORDER BY h.due_at LIMIT $2::INT8)
-) AS d
-ORDER BY d.due_at LIMIT $2::INT8`
+)`
+
+// claimDueSQL picks and locks up to $3 due heads in one statement, skipping rows other
+// transactions hold, from the oldest due of up to $2 of each kind ($1 the grace in ms):
+// PostgreSQL under READ COMMITTED only (see ClaimDue). PostgreSQL applies the LIMIT
+// above the row locking, so rows skipped as locked do not count against it, and locks
+// only the journal rows it returns (FOR UPDATE OF j)
+// (https://www.postgresql.org/docs/15/sql-select.html#SQL-FOR-UPDATE-SHARE). The
+// checks are in the select list, as in lockHeadsSQL, so the journal is read by key.
+var claimDueSQL = `
+		SELECT ` + headColumns + `, false, ` + claimableSQL("$1") + `
+		FROM ` + dueHeadsSQL + ` AS d
+		JOIN journal AS j ON j.id = d.head_id
+		ORDER BY d.due_at LIMIT $3::INT8
+		FOR UPDATE OF j SKIP LOCKED`
 
 // notHeld is true when h's aggregate is not under replay (replay_hold, migration 0019):
 // a live event of an aggregate a replay run holds waits until the aggregate's replay
@@ -120,14 +138,20 @@ func lockHeadsSQL(skip bool) string {
 		order = `FOR UPDATE SKIP LOCKED`
 	}
 	return `
-		SELECT ` + headColumns + `, false,
-		       j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		       AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - $2::INT8 * INTERVAL '1 millisecond')
-		       AND ` + headCheck + `
-		       AND NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id)
+		SELECT ` + headColumns + `, false, ` + claimableSQL("$2") + `
 		FROM journal AS j
 		WHERE j.id = ANY ($1::UUID[])
 		` + order
+}
+
+// claimableSQL is true when a locked entry j can be claimed: pending, due (grace: the
+// parameter holding a RECEIVED entry's grace, in ms), its aggregate's head, and not held
+// by a replay.
+func claimableSQL(grace string) string {
+	return `j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
+		       AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - ` + grace + `::INT8 * INTERVAL '1 millisecond')
+		       AND ` + headCheck + `
+		       AND NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id)`
 }
 
 // maxLockChunks bounds the lock statements of one claim: past it, the batch runs with
@@ -199,6 +223,26 @@ func LockPickedOpening(ctx context.Context, tx database.DB, picked []string, gra
 		}
 	}
 	return out, nil
+}
+
+// ClaimDue picks and locks, for the rest of tx, up to limit due heads in one statement
+// (claimDueSQL), skipping rows other transactions hold, then opens the savepoint named
+// savepoint ("": none) in the same round trip: the sweep's claim of PickHeads then
+// LockPicked in one round trip, however many of the due heads other workers hold.
+//
+// Only for a transaction under READ COMMITTED on PostgreSQL. There a locked row whose
+// head moved meanwhile is re-read at its latest version and reads as not claimable.
+// Under SERIALIZABLE, its read of aggregate_head_due's range inside the transaction
+// would conflict with every transaction moving a head in that range; and CockroachDB,
+// whose transactions are SERIALIZABLE, may lock more rows than a locking statement
+// with a LIMIT returns (https://github.com/cockroachdb/cockroach/issues/121917), so
+// there a sweep picks on the pool first (PickHeads).
+func ClaimDue(ctx context.Context, tx database.DB, grace time.Duration, limit int, savepoint string) ([]Head, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	return lockOpening(ctx, tx, "claiming due journal entries", savepoint, claimDueSQL,
+		grace.Milliseconds(), limit*pickSpread, limit)
 }
 
 // ClaimHeads locks, for the rest of tx, up to limit entries that are due and are the

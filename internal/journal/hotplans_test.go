@@ -92,6 +92,8 @@ func TestHotPlansUseKeys(t *testing.T) {
 			want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "claim: lock, wait", sql: lockHeadsSQL(false), args: []any{heads, int64(0)},
 			want: append([]string{"journal_pkey"}, byAggregate...)},
+		{name: "claim: pick and lock (PostgreSQL)", sql: claimDueSQL, args: []any{int64(0), int64(400), int64(100)},
+			want: append([]string{"aggregate_head_due", "journal_pkey"}, byAggregate...)},
 		{name: "webhook: lock batch", sql: lockBatchSQL, args: []any{heads}, want: append([]string{"journal_pkey"}, byAggregate...)},
 		{name: "engine: lock one", sql: lockPendingSQL, args: []any{heads[0]}, want: []string{"journal_pkey"}},
 		{name: "settle: one statement (PostgreSQL)", sql: settlePGSQL,

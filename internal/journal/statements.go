@@ -58,6 +58,7 @@ func BuiltStatements() []Statement {
 			add("ListQuarantine/"+reason, sql)
 		}
 	}
+	add("ClaimDue", claimDueSQL)
 	add("ClaimHeads/skip", lockHeadsSQL(true))
 	add("ClaimHeads/wait", lockHeadsSQL(false))
 	// lockOpening: a claim's lock, then the handlers' savepoint (process.handlerSavepoint).

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 )
 
@@ -45,11 +47,17 @@ func claimDelivered(ids []string) claimFunc {
 	}
 }
 
-// claimDue claims up to limit due aggregate heads (journal.PickHeads), of the first
-// limit of aggregates when it is not nil. The heads are picked here, on the pool,
-// before the batch's transaction begins (see journal.PickHeads); batch calls this
-// again before every try.
+// claimDue claims up to limit due aggregate heads, of the first limit of aggregates
+// when it is not nil. A sweep (aggregates nil) on PostgreSQL under READ COMMITTED picks
+// and locks in one statement, in the transaction (journal.ClaimDue). Otherwise the heads
+// are picked here, on the pool, before the batch's transaction begins (see
+// journal.PickHeads), and locked in it; batch calls this again before every try.
 func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) claimFunc {
+	if aggregates == nil && e.claimsInOneStatement(ctx) {
+		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
+			return journal.ClaimDue(ctx, tx, grace, limit, handlerSavepoint)
+		}
+	}
 	aggs := aggregates
 	if aggs != nil {
 		aggs = aggs[:min(limit, len(aggs))]
@@ -62,3 +70,40 @@ func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, a
 		return journal.LockPickedOpening(ctx, tx, picked, grace, limit, aggregates == nil, handlerSavepoint)
 	}
 }
+
+// claimsInOneStatement tells whether a sweep's claim can pick and lock in one statement
+// (journal.ClaimDue): on PostgreSQL, when processing transactions run under READ
+// COMMITTED, the session's default (txOptions). It asks the database once; until an
+// answer comes, claims pick first.
+func (e *Engine) claimsInOneStatement(ctx context.Context) bool {
+	if e.cfg.Dialect == database.CockroachDB {
+		return false
+	}
+	switch e.oneStatementClaim.Load() {
+	case claimKnownOne:
+		return true
+	case claimKnownTwo:
+		return false
+	}
+	// Not under ctx: a one-off question, not a statement of the batch (txstats).
+	qctx, cancel := context.WithTimeout(context.Background(), defaults.MinStatementTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	var iso string
+	if err := e.db.QueryRow(qctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&iso); err != nil {
+		return false
+	}
+	if iso == "read committed" {
+		e.oneStatementClaim.Store(claimKnownOne)
+		return true
+	}
+	e.oneStatementClaim.Store(claimKnownTwo)
+	return false
+}
+
+// The answers Engine.oneStatementClaim caches; zero is none yet.
+const (
+	claimKnownOne int32 = iota + 1
+	claimKnownTwo
+)

@@ -3,6 +3,7 @@ package process
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -134,6 +135,9 @@ type Engine struct {
 	tracer trace.Tracer
 
 	wake *waker // Kick: work was journaled
+
+	// oneStatementClaim caches claimsInOneStatement's answer (claimKnownOne, claimKnownTwo).
+	oneStatementClaim atomic.Int32
 }
 
 // New builds an engine. m and log may be nil.

@@ -24,6 +24,7 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/journal/Requeue":           builtPrefix("Requeue/"),
 	"internal/journal/ListQuarantine":    builtPrefix("ListQuarantine/"),
 	"internal/journal/LockPickedOpening": builtPrefix("ClaimHeads/"),
+	"internal/journal/ClaimDue":          builtPrefix("ClaimDue"),
 	"internal/journal/lockOpening":       builtPrefix("LockOpening/"),
 	// The timeouts of every processing transaction (timeoutStatements), as setTimeouts
 	// sends them one by one and as beginBatchSQL sends them after BEGIN in one query,
