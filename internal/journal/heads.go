@@ -578,23 +578,6 @@ func isSerializationFailure(err error) bool {
 // past it (process.Registry.RunOnDead).
 const RunOnSkipper = "inboxd: event type runs on past DEAD"
 
-// skipDeadSQL records who skipped DEAD entries $1, and when.
-const skipDeadSQL = `
-UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
-WHERE id = ANY ($1::UUID[]) AND status = 'DEAD' AND skipped_at IS NULL`
-
-// SkipDead marks DEAD entries ids as skipped by by, so that they no longer park their
-// aggregates. The caller runs SyncHeads afterwards in the same transaction.
-func SkipDead(ctx context.Context, tx database.DB, ids []string, by string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, skipDeadSQL, ids, by); err != nil {
-		return fmt.Errorf("skipping %d DEAD entries: %w", len(ids), err)
-	}
-	return nil
-}
-
 // ErrNotSkippable is returned by Skip for an entry that is not DEAD, or already skipped.
 var ErrNotSkippable = errors.New("entry is not DEAD, or already skipped")
 

@@ -102,7 +102,6 @@ func TestHotPlansUseKeys(t *testing.T) {
 		{name: "settle: one statement (CockroachDB's, on PostgreSQL)", sql: settleCRDBSQL,
 			args: []any{heads, statuses, errs, backoffs, started, took, runs, skip, RunOnSkipper, aggs},
 			want: append([]string{"journal_pkey"}, byAggregate...)},
-		{name: "settle: outcomes", sql: recordOutcomesSQL, args: []any{heads, statuses, errs, backoffs, started, took}, want: []string{"journal_pkey"}},
 		{name: "settle: aggregates of", sql: aggregatesOfSQL, args: []any{heads}, want: []string{"journal_pkey"}},
 		{name: "settle: upsert heads", sql: upsertHeadsSQL, args: []any{aggs}, want: byAggregate},
 		{name: "sweeper: stale heads", sql: staleHeadsSQL, args: []any{int64(2000)}, want: []string{"journal_pkey"}},

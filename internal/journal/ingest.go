@@ -306,6 +306,7 @@ func ingest(ctx context.Context, db database.DB, entries []Entry, bad []Bad) (Re
 // in the server's log per batch. In a caller's transaction defaultPlansSQL and
 // defaultSeqScanSQL follow. PostgreSQL only: CockroachDB plans its own way.
 const (
+	defaultPlansSQL   = `SET LOCAL plan_cache_mode = DEFAULT`
 	genericPlanSQL    = `SET LOCAL plan_cache_mode = force_generic_plan`
 	noSeqScanSQL      = `SET LOCAL enable_seqscan = off`
 	defaultSeqScanSQL = `SET LOCAL enable_seqscan = DEFAULT`

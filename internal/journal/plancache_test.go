@@ -70,52 +70,6 @@ func TestIngestRunsFromItsGenericPlan(t *testing.T) {
 	}
 }
 
-// The outcome UPDATE and the attempt INSERT of every batch get a custom plan, made for
-// the journal as it is, however many times the connection ran them; the statements
-// after them in the transaction (a handler's, the heads') are back to the session's
-// plan_cache_mode. A generic plan made while the journal was small scanned it whole in
-// every batch once it had grown (see customPlansSQL).
-func TestOutcomesArePlannedForTheJournalAsItIs(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := singleSession(t)
-	const runs = 8 // PostgreSQL may go generic from the sixth execution
-	for i := range runs {
-		id := fmt.Sprintf("6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0c%02d", i)
-		if _, err := journal.Ingest(ctx, pool, journal.Batch{Entries: []journal.Entry{entry(t, fmt.Sprintf(`{"id":%q}`, id))}}); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// FAILED: a first-run PROCESSED attempt writes no history row (journal.historyOf).
-		if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{{ID: id, Status: journal.StatusFailed, Error: "down"}}); err != nil {
-			t.Fatal(err)
-		}
-		var mode string
-		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
-			t.Fatal(err)
-		}
-		if mode != "auto" {
-			t.Fatalf("plan_cache_mode after the outcomes = %q, want auto again", mode)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, like := range []string{"%UPDATE journal AS j%SET status%", "%INSERT INTO journal_attempt%"} {
-		var generic, custom int64
-		if err := pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1`, like).
-			Scan(&generic, &custom); err != nil {
-			t.Fatalf("%s: %v", like, err)
-		}
-		if generic != 0 || custom != runs {
-			t.Errorf("%s: %d generic and %d custom plans in %d runs, want only custom ones", like, generic, custom, runs)
-		}
-	}
-}
-
 // The settle statement (Settle) is never run from a generic plan, however many batches
 // a connection settles: it is sent unnamed, planned for the journal as it is each
 // time, with no SET LOCAL plan_cache_mode around it, and it leaves plan_cache_mode as

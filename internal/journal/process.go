@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxd/inboxd/internal/database"
 	"github.com/inboxd/inboxd/internal/message"
@@ -234,103 +233,6 @@ type Outcome struct {
 	SkipDead bool
 }
 
-// RecordOutcomes records the outcomes of a batch in one statement: the status, one
-// more attempt, the error, and for FAILED entries the time of the next attempt.
-func RecordOutcomes(ctx context.Context, tx database.DB, results []Outcome) error {
-	if len(results) == 0 {
-		return nil
-	}
-	args := outcomeArgs(results)
-	tag, err := tx.Exec(ctx, recordOutcomesSQL, args...)
-	if err := checkOutcomes(len(results), tag, err); err != nil {
-		return err
-	}
-	if hist := historyOf(results); len(hist) > 0 {
-		if _, err := tx.Exec(ctx, recordAttemptsSQL, attemptArgs(hist)...); err != nil {
-			return fmt.Errorf("recording %d attempts: %w", len(hist), err)
-		}
-	}
-	return nil
-}
-
-// historyOf returns the outcomes whose attempts go into the history (journal_attempt):
-// all but a PROCESSED attempt whose handler ran once, the common case, which the
-// journal row itself tells (attempts, processed_at, last_started_at,
-// last_duration_ms: migration 0017) and Attempts shows as such. Leaving it out saves a
-// row, its index entry and its statement on almost every event (issue 29); an attempt
-// that failed, was retried at once or was rejected keeps its row and its error.
-func historyOf(results []Outcome) []Outcome {
-	var out []Outcome // nil, with nothing allocated, in the common case
-	for _, r := range results {
-		if r.Status != StatusProcessed || r.Runs > 1 {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// RecordOutcomesGuarded is RecordOutcomes inside a savepoint, sent in the same round
-// trip: when the database refuses the outcomes, tx is rolled back to the savepoint and
-// stays usable (the handlers' effects in it stay), so the caller can record them
-// another way. A nested savepoint can be rolled back after any error but a retry
-// error on CockroachDB, and those are availability errors here.
-// https://www.cockroachlabs.com/docs/stable/savepoint
-func RecordOutcomesGuarded(ctx context.Context, tx pgx.Tx, results []Outcome) error {
-	if len(results) == 0 {
-		return nil
-	}
-	custom := database.DialectOf(tx.Conn()) == database.PostgreSQL
-	b := &pgx.Batch{}
-	b.Queue(`SAVEPOINT inboxd_outcomes`)
-	if custom {
-		b.Queue(customPlansSQL)
-	}
-	b.Queue(recordOutcomesSQL, outcomeArgs(results)...)
-	hist := historyOf(results)
-	if len(hist) > 0 {
-		b.Queue(recordAttemptsSQL, attemptArgs(hist)...)
-	}
-	if custom {
-		b.Queue(defaultPlansSQL)
-	}
-	b.Queue(`RELEASE SAVEPOINT inboxd_outcomes`)
-	br := tx.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil && custom {
-		_, err = br.Exec()
-	}
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = br.Exec()
-		err = checkOutcomes(len(results), tag, err)
-	} else {
-		err = fmt.Errorf("opening the outcomes savepoint: %w", err)
-	}
-	if err == nil && len(hist) > 0 {
-		if _, aerr := br.Exec(); aerr != nil {
-			err = fmt.Errorf("recording %d attempts: %w", len(hist), aerr)
-		}
-	}
-	if err == nil && custom {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		if _, rerr := br.Exec(); rerr != nil {
-			err = fmt.Errorf("releasing the outcomes savepoint: %w", rerr)
-		}
-	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("recording %d processing outcomes: %w", len(results), cerr)
-	}
-	if err == nil || IsUnavailable(err) {
-		return err
-	}
-	if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inboxd_outcomes`); rerr != nil {
-		return fmt.Errorf("%w (and rolling back to the outcomes savepoint: %w)", err, rerr)
-	}
-	return err
-}
-
 func outcomeArgs(results []Outcome) []any {
 	ids := make([]string, len(results))
 	statuses := make([]string, len(results))
@@ -360,74 +262,6 @@ func runArgs(results []Outcome) (started []time.Time, took []int64) {
 	}
 	return started, took
 }
-
-func attemptArgs(results []Outcome) []any {
-	ids := make([]string, len(results))
-	statuses := make([]string, len(results))
-	errs := make([]*string, len(results))
-	runs := make([]int64, len(results))
-	for i, r := range results {
-		ids[i], statuses[i], runs[i] = r.ID, string(r.Status), int64(max(r.Runs, 1))
-		if r.Status != StatusProcessed {
-			s := errorText(r.Error)
-			errs[i] = &s
-		}
-	}
-	started, took := runArgs(results)
-	return []any{ids, statuses, errs, started, took, runs}
-}
-
-func checkOutcomes(n int, tag pgconn.CommandTag, err error) error {
-	if err != nil {
-		return fmt.Errorf("recording %d processing outcomes: %w", n, err)
-	}
-	if int(tag.RowsAffected()) != n {
-		return fmt.Errorf("recording %d processing outcomes: %d rows affected", n, tag.RowsAffected())
-	}
-	return nil
-}
-
-// customPlansSQL and defaultPlansSQL bracket the outcome statements: planned for the
-// journal as it is, every time. pgx prepares its statements, and PostgreSQL plans a
-// prepared statement generically from its sixth run and keeps that plan until the table
-// is analyzed again: made while the journal was small (a new deployment, a benchmark's
-// fresh database), it joined a scan of the whole journal in every batch once the
-// journal had grown, for up to a minute (autovacuum's naptime). In a fresh database at
-// 3,000 msg/s, these two statements then read 2,300 blocks per batch instead of 800,
-// and processing fell behind in half the runs. Only these two: a custom plan for every
-// statement of the batch cost e2e-max about a tenth. SET LOCAL lasts until the
-// transaction ends, hence the reset. PostgreSQL only: CockroachDB plans and caches its
-// own way, and not every version inboxd accepts knows plan_cache_mode.
-// https://www.postgresql.org/docs/15/sql-prepare.html#SQL-PREPARE-NOTES
-const (
-	customPlansSQL  = `SET LOCAL plan_cache_mode = force_custom_plan`
-	defaultPlansSQL = `SET LOCAL plan_cache_mode = DEFAULT`
-)
-
-// recordOutcomesSQL records outcomes: $1 ids, $2 statuses, $3 errors, $4 backoffs (ms),
-// $5 the attempts' start times, $6 their durations (ms).
-const recordOutcomesSQL = `
-		UPDATE journal AS j
-		SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
-		    next_attempt_at = CASE WHEN r.status = 'FAILED'
-		                           THEN now() + r.backoff_ms * INTERVAL '1 millisecond'
-		                           ELSE j.next_attempt_at END,
-		    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
-		    updated_at = now(), last_started_at = r.started_at, last_duration_ms = r.duration_ms
-		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::INT8[], $5::TIMESTAMPTZ[], $6::INT8[])
-		     AS r(id, status, err, backoff_ms, started_at, duration_ms)
-		WHERE j.id = r.id`
-
-// recordAttemptsSQL appends the attempts whose outcomes recordOutcomesSQL just recorded
-// to the history, numbered as journal.attempts now says: $1 ids, $2 statuses, $3
-// errors, $4 start times, $5 durations (ms), $6 handler runs.
-const recordAttemptsSQL = `
-		INSERT INTO journal_attempt (journal_id, attempt, started_at, duration_ms, runs, outcome, error)
-		SELECT r.id, j.attempts, r.started_at, r.duration_ms, r.runs, r.status, r.err
-		FROM unnest($1::UUID[], $2::TEXT[], $3::TEXT[], $4::TIMESTAMPTZ[], $5::INT8[], $6::INT8[])
-		     AS r(id, status, err, started_at, duration_ms, runs)
-		JOIN journal AS j ON j.id = r.id
-		ON CONFLICT (journal_id, recorded_at) DO NOTHING`
 
 // Attempt is one recorded handler attempt of a journal entry.
 type Attempt struct {

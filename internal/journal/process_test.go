@@ -114,7 +114,15 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	}
 	record := func(o journal.Outcome) {
 		t.Helper()
-		if err := journal.RecordOutcomes(ctx, db.Pool, []journal.Outcome{o}); err != nil {
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // an error once committed
+		if _, err := journal.Settle(ctx, tx, []journal.Outcome{o}, []string{"agg"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +133,7 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if got := head(); len(got) != 0 {
 		t.Errorf("head of agg after its first is DEAD = %v, want none: a DEAD head parks its aggregate", got)
 	}
-	if err := journal.SkipDead(ctx, db.Pool, ids[:1], "tester"); err != nil {
+	if _, err := journal.Skip(ctx, db.Pool, ids[0], "tester"); err != nil {
 		t.Fatal(err)
 	}
 	if err := journal.SyncHeads(ctx, db.Pool, []string{"agg"}); err != nil {

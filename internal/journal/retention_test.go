@@ -192,10 +192,10 @@ func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := journal.RecordOutcomesGuarded(ctx, tx, []journal.Outcome{
+	if _, err := journal.Settle(ctx, tx, []journal.Outcome{
 		{ID: old, Status: journal.StatusProcessed, StartedAt: time.Now(), Took: time.Millisecond, Runs: 1},
 		{ID: kept, Status: journal.StatusFailed, Error: "down", Backoff: time.Hour},
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
