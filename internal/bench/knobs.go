@@ -104,7 +104,7 @@ func (k Knobs) untracedLabel(row string) string {
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
 	case rowShadow:
-		return "e2e-max's processed events, one rolled-back transaction each, no rate limit"
+		return "over e2e-max's processed events; one rolled-back transaction each, no rate limit"
 	case rowE2ESweeper, rowReplayLive:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s conc=%d push kick-linger=%s sweep=%s", k.BatchSize, k.Linger, k.AckMode, k.Concurrency, k.KickLinger, k.SweepInterval)
 	case rowE2EMax:

@@ -46,6 +46,9 @@ type options struct {
 	BacklogFresh int
 	JournalSize  int // journal-size: settled entries pre-filled
 
+	// ShadowLimit bounds the events the shadow row runs, the oldest of e2e-max's
+	// (0: all of them).
+	ShadowLimit int
 	// The replay-live row: the replay's rate limit (events per second), the processed
 	// events it replays (0: enough to outlast the measured phase; replayEvents) and the
 	// aggregates they are spread over.
@@ -73,7 +76,7 @@ var quickRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EM
 // brings them along.
 var baseRows = map[string][]string{
 	rowJournalSize: {rowIngest, rowE2EMax},
-	rowShadow:      {rowE2EMax},      // it shadows what e2e-max processed
+	rowShadow:      {rowE2EMax},     // it shadows what e2e-max processed
 	rowReplayLive:  {rowE2ESweeper}, // its p99 against e2e-sweeper's at -rate
 }
 
@@ -102,6 +105,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.JournalSize, "journal-size", 10_000_000, "journal-size row: settled entries the journal holds before ingest and e2e-max run")
 	fs.Float64Var(&o.Rate, "rate", 1000, "end-to-end rows: offered rate, messages per second")
 	fs.Float64Var(&o.HighRate, "rate-high", 3000, "e2e-sweeper row: a second offered rate, to show whether a backlog grows (0: off)")
+	fs.IntVar(&o.ShadowLimit, "shadow-limit", 20000, "shadow row: the events of e2e-max's it runs over, at most, oldest first (0: all)")
 	fs.Float64Var(&o.ReplayRate, "replay-rate", 50, "replay-live row: the replay run's rate limit, events per second")
 	fs.IntVar(&o.ReplayEvents, "replay-events", 0, "replay-live row: processed events the replay runs over (default: enough to outlast the measured phase at -replay-rate, at least 1000)")
 	fs.IntVar(&o.ReplayAggregates, "replay-aggregates", 50, "replay-live row: aggregates the replayed events are spread over (the live events' are others)")
@@ -244,8 +248,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-dup and -malformed must be non-negative and sum to less than 1")
 	case o.BacklogHeads < 1 || o.BacklogFresh < 1 || o.JournalSize < 1:
 		return nil, errors.New("-backlog-heads, -backlog-fresh and -journal-size must be at least 1")
-	case o.ReplayRate <= 0 || o.ReplayEvents < 0 || o.ReplayAggregates < 1:
-		return nil, errors.New("-replay-rate must be positive, -replay-events at least 0 and -replay-aggregates at least 1")
+	case o.ReplayRate <= 0 || o.ReplayEvents < 0 || o.ReplayAggregates < 1 || o.ShadowLimit < 0:
+		return nil, errors.New("-replay-rate must be positive, -replay-events and -shadow-limit at least 0 and -replay-aggregates at least 1")
 	}
 	tracedPublish.Store(o.Knobs.Tracing) // this process may publish (bench/tracing.go)
 	if err := o.Knobs.validate(); err != nil {
@@ -376,7 +380,7 @@ func (o *options) settings() map[string]any {
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr, "broker": o.Broker,
 		"river":   o.River,
 		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
-		"replay_rate": o.ReplayRate, "replay_events": o.replayEvents(), "replay_aggregates": o.ReplayAggregates,
+		"shadow_limit": o.ShadowLimit, "replay_rate": o.ReplayRate, "replay_events": o.replayEvents(), "replay_aggregates": o.ReplayAggregates,
 	}
 }
 

@@ -25,8 +25,8 @@ import (
 // back, and a real replay run beside live traffic.
 
 // runShadow is the shadow row's child: a shadow replay (replay.Runner, as
-// Client.ShadowReplay runs it) of every processed event of the row's database, with
-// the demo's handler and no rate bound.
+// Client.ShadowReplay runs it) of the first a.N processed events of the row's database,
+// oldest first, with the demo's handler and no rate bound.
 func runShadow(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, error) {
 	pool, err := openPool(ctx, a.DBURL, a.Knobs.PoolSize)
 	if err != nil {
@@ -39,7 +39,7 @@ func runShadow(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, err
 	}
 	tp, _ := a.Knobs.tracerProvider()
 	rep, err := replay.Runner{Pool: pool, Dialect: dialect, Registry: newRegistry(), Log: log, Metrics: metrics.New()}.
-		Run(ctx, replay.Options{Engine: process.Config{TracerProvider: tp}})
+		Run(ctx, replay.Options{Limit: a.N, Engine: process.Config{TracerProvider: tp}})
 	if err != nil {
 		return rowResult{}, fmt.Errorf("shadow replay: %w", err)
 	}
@@ -75,8 +75,14 @@ func tableChecksums(ctx context.Context, db database.DB) (map[string]string, err
 // handler differs nowhere. Its rate (events per second) is also given as a ratio to
 // e2e-max's own, in processed events per second over its drain.
 func (r *runner) shadowRow(ctx context.Context, db *freshDB, k Knobs, c Corpus, rep int, base Measurement, queue string) (Measurement, error) {
-	events := len(c.IDs)
+	processed, events := len(c.IDs), len(c.IDs)
+	if r.o.ShadowLimit > 0 {
+		events = min(events, r.o.ShadowLimit)
+	}
 	m := Measurement{Row: rowShadow, Config: k.label(rowShadow), Knobs: k, N: len(c.Bodies), Rep: rep}
+	if r.o.ShadowLimit > 0 {
+		m.Config += fmt.Sprintf(", the oldest %d at most", r.o.ShadowLimit)
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	pool, err := openPool(ctx, db.URL, 1)
@@ -91,7 +97,7 @@ func (r *runner) shadowRow(ctx context.Context, db *freshDB, k Knobs, c Corpus, 
 	a := rowArgs{Row: rowShadow, Queue: queue, N: events, DBURL: db.URL, StompAddr: r.o.StompAddr, Broker: r.o.Broker, Knobs: k,
 		CPUProfile: r.profilePath(rowShadow, k, m.N, rep)}
 	m.Profile = a.CPUProfile
-	r.logf("rep %d: shadow N=%d: shadowing e2e-max's %d processed events", rep, m.N, events)
+	r.logf("rep %d: shadow N=%d: shadowing %d of e2e-max's %d processed events", rep, m.N, events, processed)
 	out, err := runChild(ctx, a, r.pids, nil)
 	if err != nil {
 		return m, err
@@ -118,10 +124,10 @@ func (r *runner) shadowRow(ctx context.Context, db *freshDB, k Knobs, c Corpus, 
 		m.Check, m.OK = fmt.Sprintf("ok (events=%d, 0 differing, %d tables unchanged)", events, len(shadowTables)), true
 	}
 	if base.DrainSeconds > 0 && m.MsgPerSec > 0 {
-		baseRate := float64(events) / base.DrainSeconds
+		baseRate := float64(processed) / base.DrainSeconds
 		m.VsBase, m.VsBaseWhat = m.MsgPerSec/baseRate, "e2e-max's"
-		m.Note = fmt.Sprintf("%.2f× e2e-max's rate in this repetition, which processed the same %d events at %.0f events/s (%.0f msg/s with duplicates and malformed); %s",
-			m.VsBase, events, baseRate, base.MsgPerSec, m.Note)
+		m.Note = fmt.Sprintf("%.2f× e2e-max's rate in this repetition, which processed its %d events at %.0f events/s (%.0f msg/s with duplicates and malformed); %s",
+			m.VsBase, processed, baseRate, base.MsgPerSec, m.Note)
 	}
 	r.logf("rep %d: shadow N=%d: %.0f events/s (%.2f× e2e-max), %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s",
 		rep, m.N, m.MsgPerSec, m.VsBase, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check)
