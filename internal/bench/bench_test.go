@@ -491,7 +491,7 @@ func runMain(t *testing.T, args ...string) (*Report, string) {
 	t.Helper()
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := Main(ctx, append(args, "-out="+dir), &stdout, &stderr); err != nil {
 		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
@@ -544,7 +544,7 @@ func TestBenchSmall(t *testing.T) {
 	}
 	rep, stdout := runMain(t, "-n=300", "-reps=1", "-rows="+strings.Join(rows, ","),
 		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-backlog=0,500", "-backlog-fresh=100", "-journal-size=2000",
-		"-replay-events=500", "-replay-aggregates=10",
+		"-replay-events=500", "-replay-aggregates=10", "-warmup-broker=0",
 		"-admin-url="+testenv.AdminURL(), "-stomp-addr="+testenv.StompAddr())
 	// e2e-sweeper runs at -rate and at -rate-high, journal-size for ingest and e2e-max,
 	// backlog at both levels.

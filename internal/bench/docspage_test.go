@@ -82,7 +82,9 @@ func TestDocsPageMarkdown(t *testing.T) {
 // replay's achieved rate, both show their load and calibration, and the figures survive
 // results.json and appear on the documentation page.
 func TestReplayRowsInReport(t *testing.T) {
-	lat := func(p99 float64) *Latency { return &Latency{Count: 1000, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: p99 * 2} }
+	lat := func(p99 float64) *Latency {
+		return &Latency{Count: 1000, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: p99 * 2}
+	}
 	const sweeperConfig, liveConfig = "push rate=1000", "push rate=1000; replaying 1750 events of 50 other aggregates at ≤ 50/s"
 	var ms []Measurement
 	for rep, f := range []struct{ shadow, p99Ratio, replayRate float64 }{{0.30, 1.20, 49}, {0.50, 1.60, 47}, {0.40, 1.40, 48}} {
