@@ -88,7 +88,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	a := rowArgs{Knobs: defaultKnobs()}
 	fs.StringVar(&a.Row, "row", "", "broker, naive, ingest, ingest+prune, e2e-max, backlog, shadow, e2e-sweeper, e2e-webhook or replay-live")
 	fs.StringVar(&a.Queue, "queue", "", "STOMP destination")
-	fs.IntVar(&a.N, "n", 0, "messages to drain")
+	fs.IntVar(&a.N, "n", 0, "messages to drain (shadow: events to run, at most)")
 	fs.StringVar(&a.DBURL, "db-url", "", "database of the row")
 	fs.StringVar(&a.StompAddr, "stomp-addr", "127.0.0.1:61613", "STOMP address")
 	fs.StringVar(&a.Broker, "broker", "activemq", "activemq or rabbitmq")

@@ -186,13 +186,9 @@ func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
 	return p
 }
 
-// drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
-// drain it, then check the database and that the queue is empty.
-func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
-	return r.drain(ctx, r.drainSpecOf(row, k), k, c, rep)
-}
-
-// drainSpecOf is the drainSpec of row with k.
+// drainSpecOf is what the drain rows (1–3, e2e-max, river's) run with k: pre-publish the
+// corpus to a fresh queue, let the child drain it, then check the database and that the
+// queue is empty (drain).
 func (r *runner) drainSpecOf(row string, k Knobs) drainSpec {
 	config := k.label(row)
 	if isRiverRow(row) {
