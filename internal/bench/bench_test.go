@@ -261,8 +261,8 @@ func TestParseOptions(t *testing.T) {
 			if fmt.Sprint(o.Ns) != "[5000]" || o.Reps != 1 || o.E2EDuration != 3*time.Second || fmt.Sprint(o.Backlog) != "[0 10000]" {
 				t.Errorf("quick: %+v", o)
 			}
-			if contains(o.Rows, rowJournalSize) || !contains(o.Rows, rowBacklog) {
-				t.Errorf("quick rows %v: want backlog and no journal-size (minutes to fill)", o.Rows)
+			if contains(o.Rows, rowJournalSize) || !contains(o.Rows, rowBacklog) || !contains(o.Rows, rowShadow) || !contains(o.Rows, rowReplayLive) {
+				t.Errorf("quick rows %v: want backlog, shadow, replay-live and no journal-size (minutes to fill)", o.Rows)
 			}
 		}, false},
 		{"sweep matrix", []string{"-sweep", "-sweep-batch=100,500,1000", "-sweep-ack=client,client-individual", "-sweep-linger=5ms,20ms"}, func(t *testing.T, o *options) {
@@ -293,6 +293,28 @@ func TestParseOptions(t *testing.T) {
 				t.Errorf("broker %s at %s as %q", target.broker, o.StompAddr, target.login)
 			}
 		}, false},
+		{"shadow brings e2e-max, replay-live e2e-sweeper", []string{"-rows=shadow,replay-live", "-replay-rate=20", "-replay-aggregates=5"}, func(t *testing.T, o *options) {
+			if fmt.Sprint(o.Rows) != "[shadow replay-live e2e-max e2e-sweeper]" || o.ReplayRate != 20 || o.ReplayAggregates != 5 || o.ShadowLimit != 20000 {
+				t.Errorf("rows %v, replay rate %v over %d aggregates, shadow limit %d", o.Rows, o.ReplayRate, o.ReplayAggregates, o.ShadowLimit)
+			}
+			// Enough history for the replay to outlast the 20 s phase at its limit.
+			if got := o.replayEvents(); got != 1000 {
+				t.Errorf("replay events = %d, want 1000 (the floor; 20/s × 50 s)", got)
+			}
+		}, false},
+		{"replay events follow the rate and the duration", []string{"-rows=replay-live", "-replay-rate=100", "-e2e-duration=30s"}, func(t *testing.T, o *options) {
+			if got := o.replayEvents(); got != 6000 {
+				t.Errorf("replay events = %d, want 6000 (100/s × (30 s + 30 s))", got)
+			}
+		}, false},
+		{"replay events set", []string{"-replay-events=300"}, func(t *testing.T, o *options) {
+			if got := o.replayEvents(); got != 300 || !contains(o.Rows, rowShadow) || !contains(o.Rows, rowReplayLive) {
+				t.Errorf("replay events = %d, rows %v", got, o.Rows)
+			}
+		}, false},
+		{"bad replay rate", []string{"-replay-rate=0"}, nil, true},
+		{"bad replay aggregates", []string{"-replay-aggregates=0"}, nil, true},
+		{"bad shadow limit", []string{"-shadow-limit=-1"}, nil, true},
 		{"unknown broker", []string{"-broker=kafka"}, nil, true},
 		{"bad backlog", []string{"-backlog=-1"}, nil, true},
 		{"river rows need their binary", []string{"-rows=river", "-river-bin=/nonexistent/inboxd-river"}, nil, true},
@@ -469,7 +491,7 @@ func runMain(t *testing.T, args ...string) (*Report, string) {
 	t.Helper()
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := Main(ctx, append(args, "-out="+dir), &stdout, &stderr); err != nil {
 		t.Fatalf("Main: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
@@ -522,6 +544,7 @@ func TestBenchSmall(t *testing.T) {
 	}
 	rep, stdout := runMain(t, "-n=300", "-reps=1", "-rows="+strings.Join(rows, ","),
 		"-rate=200", "-rate-high=400", "-e2e-duration=1s", "-warmup=20", "-backlog=0,500", "-backlog-fresh=100", "-journal-size=2000",
+		"-replay-events=500", "-replay-aggregates=10", "-warmup-broker=0",
 		"-admin-url="+testenv.AdminURL(), "-stomp-addr="+testenv.StompAddr())
 	// e2e-sweeper runs at -rate and at -rate-high, journal-size for ingest and e2e-max,
 	// backlog at both levels.
@@ -542,6 +565,14 @@ func TestBenchSmall(t *testing.T) {
 		}
 		if s.Row == rowJournalSize && s.Slowdown <= 0 {
 			t.Errorf("row %s (%s): no ratio to the empty journal", s.Row, s.Config)
+		}
+		// Set beside their base rows: shadow's rate beside e2e-max's, replay-live's p99
+		// beside e2e-sweeper's, with the replay's own rate.
+		if base := s.Row == rowShadow || s.Row == rowReplayLive; base != (s.VsBase > 0) {
+			t.Errorf("row %s: ratio to its base row %v", s.Row, s.VsBase)
+		}
+		if (s.Row == rowReplayLive) != (s.ReplayRate > 0) {
+			t.Errorf("row %s: replay rate %v", s.Row, s.ReplayRate)
 		}
 	}
 }

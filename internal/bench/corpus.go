@@ -55,9 +55,14 @@ func Generate(m Mix) Corpus {
 // registrationBody is a registration event as the demo's producers send it. sentAt, when
 // set, is the publisher's clock, from which the end-to-end latency is computed.
 func registrationBody(id string, i int, registeredAt, sentAt time.Time) []byte {
+	return registrationBodyOf(id, i, fmt.Sprintf("customer-%d", i), fmt.Sprintf("bench-%d@example.com", i), registeredAt, sentAt)
+}
+
+// registrationBodyOf is registrationBody with the aggregate and email given.
+func registrationBodyOf(id string, i int, aggregate, email string, registeredAt, sentAt time.Time) []byte {
 	jur := [...]string{"mga", "ukgc", "sga", "dga"}[i%4]
-	s := fmt.Sprintf(`{"id":%q,"type":"registration","aggregateId":"customer-%d","jurisdiction":%q,"email":"bench-%d@example.com","name":"Bench Customer %d","createdAt":%q`,
-		id, i, jur, i, i, registeredAt.Format(time.RFC3339Nano))
+	s := fmt.Sprintf(`{"id":%q,"type":"registration","aggregateId":%q,"jurisdiction":%q,"email":%q,"name":"Bench Customer %d","createdAt":%q`,
+		id, aggregate, jur, email, i, registeredAt.Format(time.RFC3339Nano))
 	if !sentAt.IsZero() {
 		s += fmt.Sprintf(`,"sentAt":%q`, sentAt.UTC().Format(time.RFC3339Nano))
 	}

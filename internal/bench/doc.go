@@ -39,6 +39,20 @@
 //     checked like ingest and e2e-max (one job per unique valid id, the malformed
 //     messages rejected, every job completed with its customer) and set beside them:
 //     "ingest 1.3× this", "e2e-max 3.9× this".
+//  8. shadow: a shadow replay (internal/replay, as Client.ShadowReplay runs it) over the
+//     events the e2e-max row has just processed, on its database (at most -shadow-limit,
+//     oldest first): each handler run in a transaction that is rolled back and compared
+//     with what was recorded. Its events/s is set beside e2e-max's over the same events
+//     in the same repetition; afterwards every table's checksum must be unchanged and no
+//     event may differ (the handler is unchanged).
+//  9. replay-live: e2e-sweeper at -rate while a replay run reprocesses a history at its
+//     rate limit (-replay-rate, 50 events/s): -replay-events registrations (default:
+//     enough to outlast the measured phase) on -replay-aggregates aggregates of their
+//     own, published and processed before the warm-up, then planned, started with their
+//     emissions suppressed, and run by the replay part (replay.RunRunning) of the child,
+//     beside ingest and processing. Its p99 is set beside e2e-sweeper's at the same rate
+//     in the same repetition, and the replay's achieved rate over the measured phase is
+//     given; the replay must still be running when the phase ends.
 //
 // Processing's own cost, apart from the handler's: the e2e-max row's note gives the
 // statements and round trips per processing transaction, inboxd's and the demo

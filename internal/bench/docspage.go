@@ -45,8 +45,12 @@ var rowMethods = []struct{ row, what string }{
 	{rowIngest, "inboxd's subscriber over the same N messages (30% duplicates, 1% malformed), checked exactly afterwards: the journal holds the unique valid ids, the quarantine the malformed messages, and the queue is empty"},
 	{rowIngestPrune, "ingest while the retention pruner deletes settled entries"},
 	{rowE2EMax, "N messages published first, then ingest and processing together; the clock stops when nothing is pending"},
+	{rowShadow, "a shadow replay (`Client.ShadowReplay`'s) of the events e2e-max has just processed, on its database, the oldest 20,000 at most (`-shadow-limit`): each event's handler runs again in a transaction that is rolled back, and is compared with what was recorded. " +
+		"Its rate is in events per second, also given as a ratio to e2e-max's over the same events in the same repetition; every table's checksum must be unchanged afterwards and no event may differ"},
 	{rowE2ESweeper, "publish → `PROCESSED` at a fixed offered rate on PostgreSQL's push path; latency is `processed_at` − the publisher's send time"},
 	{rowE2EWebhook, "the same through the changefeed webhook over HTTPS, fed by a stand-in for CockroachDB's changefeed"},
+	{rowReplayLive, "e2e-sweeper at the same offered rate while a replay run (`Client.StartReplay`'s, executed by the replay part of the same process) reprocesses history at its rate limit (`-replay-rate`, 50 events/s): events processed through the broker before the warm-up, on aggregates of their own (`-replay-aggregates`, 50), with the messages they emit suppressed. " +
+		"Its p99 is given as a ratio to e2e-sweeper's in the same repetition, with the replay's achieved rate while the live rate was measured; its CPU figures include processing that history and replaying it"},
 	{rowJournalSize, "ingest and e2e-max again on a journal pre-filled with settled entries, each as a ratio to the same row on an empty journal"},
 	{rowBacklog, "aggregates whose head is `FAILED` with events blocked behind them: the claim's latency at each level, and the drain of fresh events as a ratio to the level with none blocked"},
 	{rowRiverIngest + ", " + rowRiver, "the same inbox built with River as River's documentation builds one (one unique job per event id, completed in the job's transaction), checked like ingest and e2e-max"},

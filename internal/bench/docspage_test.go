@@ -1,6 +1,10 @@
 package bench
 
 import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +72,106 @@ func TestDocsPageMarkdown(t *testing.T) {
 			cells = n
 		} else if n != cells {
 			t.Errorf("table line has %d cell borders, want %d: %s", n, cells, l)
+		}
+	}
+}
+
+// TestReplayRowsInReport renders the shadow and replay-live rows from fixed
+// measurements: each is set beside its base row of the same repetition (shadow's rate
+// beside e2e-max's, replay-live's p99 beside e2e-sweeper's), replay-live gives the
+// replay's achieved rate, both show their load and calibration, and the figures survive
+// results.json and appear on the documentation page.
+func TestReplayRowsInReport(t *testing.T) {
+	lat := func(p99 float64) *Latency {
+		return &Latency{Count: 1000, P50: p99 / 4, P95: p99 / 2, P99: p99, Max: p99 * 2}
+	}
+	const sweeperConfig, liveConfig = "push rate=1000", "push rate=1000; replaying 1750 events of 50 other aggregates at ≤ 50/s"
+	var ms []Measurement
+	for rep, f := range []struct{ shadow, p99Ratio, replayRate float64 }{{0.30, 1.20, 49}, {0.50, 1.60, 47}, {0.40, 1.40, 48}} {
+		rep++
+		ms = append(ms,
+			Measurement{Row: rowBroker, Config: "auto-ack", N: 20000, Rep: rep, MsgPerSec: 20000, Check: "ok", OK: true},
+			Measurement{Row: rowE2EMax, Config: "pre-published", N: 20000, Rep: rep, MsgPerSec: 5000, Check: "ok", OK: true},
+			Measurement{Row: rowShadow, Config: "over e2e-max's processed events", N: 20000, Rep: rep, MsgPerSec: 1000, Check: "ok (events=13800)", OK: true,
+				VsBase: f.shadow, VsBaseWhat: "e2e-max's", Load: 1.5, Calibration: 0.25 + float64(rep)/100, Note: "shadowed 13800 events"},
+			Measurement{Row: rowE2ESweeper, Config: sweeperConfig, N: 20000, Rep: rep, MsgPerSec: 1000, Latency: lat(100), Check: "ok", OK: true},
+			Measurement{Row: rowReplayLive, Config: liveConfig, N: 20000, Rep: rep, MsgPerSec: 1000, Latency: lat(100 * f.p99Ratio), Check: "ok", OK: true,
+				VsBase: f.p99Ratio, VsBaseWhat: "e2e-sweeper's at 1000 msg/s, without a replay", ReplayRate: f.replayRate, ReplayLimit: 50,
+				Load: 2.5, Calibration: 0.3, Note: "replay run: 960 events replayed"},
+		)
+	}
+	started := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	rep := &Report{Started: started, Finished: started.Add(time.Minute), Seconds: 60,
+		Host: Host{CPUs: 2, CalibrationBefore: 0.27, CalibrationAfter: 0.25}, Settings: map[string]any{"reps": 3}, Measurements: ms}
+	rep.Summaries = summarizeAll(ms)
+
+	byRow := map[string]Summary{}
+	for _, s := range rep.Summaries {
+		byRow[s.Row] = s
+	}
+	tests := []struct {
+		row       string
+		vsBase    float64
+		replay    float64
+		wantCheck string
+		wantCal   string
+	}{
+		{rowShadow, 0.40, 0, "events/s 0.40× e2e-max's", "0.26–0.28"},
+		{rowReplayLive, 1.40, 48, "p99 1.40× e2e-sweeper's at 1000 msg/s, without a replay; replay 48.0 events/s (limit 50)", "0.30"},
+		{rowE2ESweeper, 0, 0, "ok", "0.00"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.row, func(t *testing.T) {
+			s, ok := byRow[tt.row]
+			if !ok {
+				t.Fatalf("no summary of %s in %+v", tt.row, rep.Summaries)
+			}
+			if math.Abs(s.VsBase-tt.vsBase) > 1e-9 || math.Abs(s.ReplayRate-tt.replay) > 1e-9 || !strings.Contains(s.Check, tt.wantCheck) || !s.OK {
+				t.Errorf("summary = %+v", s)
+			}
+			if fmtSpan(s.CalibrationMin, s.CalibrationMax) != tt.wantCal {
+				t.Errorf("calibration %s, want %s", fmtSpan(s.CalibrationMin, s.CalibrationMax), tt.wantCal)
+			}
+		})
+	}
+	// A shadow run counts events, not messages: no ratio to the broker's drain.
+	if s := byRow[rowShadow]; fmtRatio(s.VsBroker) != "—" || byRow[rowE2EMax].VsBroker != 0.25 {
+		t.Errorf("shadow vs broker = %v, e2e-max vs broker = %v; want none and 0.25", s.VsBroker, byRow[rowE2EMax].VsBroker)
+	}
+
+	dir := t.TempDir()
+	if err := writeFiles(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range back.Summaries {
+		if want := byRow[s.Row]; s.VsBase != want.VsBase || s.ReplayRate != want.ReplayRate || s.Check != want.Check {
+			t.Errorf("results.json: %s = %+v, want %+v", s.Row, s, want)
+		}
+	}
+
+	var page strings.Builder
+	if err := writeDocsPage(&page, rep, pageInfo{Commit: "abc", Command: "inboxd bench"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- **shadow**: a shadow replay",
+		"- **replay-live**: e2e-sweeper at the same offered rate while a replay run",
+		"| shadow | over e2e-max's processed events | 20000 | 1000 | — | — |",
+		"| replay-live | " + liveConfig + " | 20000 | 1000 |",
+		"| 1.50 | 0.26–0.28 | ok ×3; events/s 0.40× e2e-max's |",
+		"| 2.50 | 0.30 | ok ×3; p99 1.40× e2e-sweeper's at 1000 msg/s, without a replay; replay 48.0 events/s (limit 50) |",
+		"- **shadow** (over e2e-max's processed events, N=20000): rep 1: shadowed 13800 events",
+	} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("the page lacks %q:\n%s", want, page.String())
 		}
 	}
 }

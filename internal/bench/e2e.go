@@ -65,7 +65,7 @@ func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop
 		}()
 	}
 	var onCommit func(int)
-	if a.Row == rowE2ESweeper {
+	if a.Row == rowE2ESweeper || a.Row == rowReplayLive {
 		onCommit = func(int) { eng.Kick() } // the push of PostgreSQL, in process
 	}
 	ingest, err := ingestRunner(ctx, a, pool, m, log, onCommit)
@@ -77,6 +77,10 @@ func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop
 	switch a.Row {
 	case rowE2ESweeper:
 		run("sweeper", process.NewSweeper(eng, process.SweeperConfig{Interval: a.Knobs.SweepInterval, Grace: 0}).Run)
+	case rowReplayLive:
+		run("sweeper", process.NewSweeper(eng, process.SweeperConfig{Interval: a.Knobs.SweepInterval, Grace: 0}).Run)
+		// The replay part of a running inboxd: it runs the run the parent starts.
+		run("replay", func(ctx context.Context) error { return runReplays(ctx, pool, a, m, log) })
 	case rowE2EWebhook:
 		url, client, shutdown, err := serveWebhook(eng, pool, m, log)
 		if err != nil {
@@ -99,6 +103,11 @@ func runE2E(ctx context.Context, a rowArgs, log *slog.Logger, ready func(), stop
 		return rowResult{}, firstErr
 	}
 	note := fmt.Sprintf("sweeper took %.0f stranded events", counterValue(m.SweeperPicked.WithLabelValues("stranded")))
+	if a.Row == rowReplayLive {
+		note += fmt.Sprintf("; replay attempts processed %.0f, rejected %.0f, failed %.0f",
+			counterValue(m.ReplayItems.WithLabelValues("processed")), counterValue(m.ReplayItems.WithLabelValues("rejected")),
+			counterValue(m.ReplayItems.WithLabelValues("failed")))
+	}
 	if feed != nil {
 		st := feed.sink.Stats()
 		note += fmt.Sprintf("; webhook: %d posts, %d retries, %d rows, processed %.0f",

@@ -22,7 +22,7 @@ var errNotAvailable = errors.New("row not available in this build")
 
 // available says which rows this build can run.
 var available = map[string]bool{rowBroker: true, rowNaive: true, rowIngest: true, rowIngestPrune: true, rowE2ESweeper: true, rowE2EWebhook: true, rowE2EMax: true,
-	rowBacklog: true, rowJournalSize: true, rowRiverIngest: true, rowRiver: true}
+	rowBacklog: true, rowJournalSize: true, rowRiverIngest: true, rowRiver: true, rowShadow: true, rowReplayLive: true}
 
 // newSubscriber builds the real ingest subscriber (internal/ingest) with the row's knobs.
 func newSubscriber(a rowArgs, pool *pgxpool.Pool, m *metrics.Metrics, log *slog.Logger, onCommit func(int)) (*ingest.Subscriber, error) {

@@ -103,7 +103,9 @@ func (k Knobs) untracedLabel(row string) string {
 		return fmt.Sprintf("as ingest, pruning a backlog of N expired rows (%d per DELETE)", defaults.RetentionBatch)
 	case rowIngest:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s prefetch=%d inflight=%d pool=%d", k.BatchSize, k.Linger, k.AckMode, k.Prefetch, k.InFlight, k.PoolSize)
-	case rowE2ESweeper:
+	case rowShadow:
+		return "over e2e-max's processed events; one rolled-back transaction each, no rate limit"
+	case rowE2ESweeper, rowReplayLive:
 		return fmt.Sprintf("batch=%d linger=%s ack=%s conc=%d push kick-linger=%s sweep=%s", k.BatchSize, k.Linger, k.AckMode, k.Concurrency, k.KickLinger, k.SweepInterval)
 	case rowE2EMax:
 		return fmt.Sprintf("pre-published; batch=%d conc=%d push kick-linger=%s", k.BatchSize, k.Concurrency, k.KickLinger)

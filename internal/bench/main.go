@@ -46,6 +46,16 @@ type options struct {
 	BacklogFresh int
 	JournalSize  int // journal-size: settled entries pre-filled
 
+	// ShadowLimit bounds the events the shadow row runs, the oldest of e2e-max's
+	// (0: all of them).
+	ShadowLimit int
+	// The replay-live row: the replay's rate limit (events per second), the processed
+	// events it replays (0: enough to outlast the measured phase; replayEvents) and the
+	// aggregates they are spread over.
+	ReplayRate       float64
+	ReplayEvents     int
+	ReplayAggregates int
+
 	// River is how the river rows run (river.go).
 	River riverSettings
 
@@ -57,10 +67,18 @@ type options struct {
 	SweepInFlight []int
 }
 
-var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowJournalSize, rowE2ESweeper, rowE2EWebhook, rowBacklog}
+var allRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowShadow, rowJournalSize, rowE2ESweeper, rowE2EWebhook, rowReplayLive, rowBacklog}
 
 // quickRows leaves out journal-size, whose 10 M-entry journal takes minutes to write.
-var quickRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowE2ESweeper, rowE2EWebhook, rowBacklog}
+var quickRows = []string{rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowShadow, rowE2ESweeper, rowE2EWebhook, rowReplayLive, rowBacklog}
+
+// baseRows are the rows a row is measured against, in the same repetition: -rows
+// brings them along.
+var baseRows = map[string][]string{
+	rowJournalSize: {rowIngest, rowE2EMax},
+	rowShadow:      {rowE2EMax},     // it shadows what e2e-max processed
+	rowReplayLive:  {rowE2ESweeper}, // its p99 against e2e-sweeper's at -rate
+}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -80,13 +98,17 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.Out, "out", "", "results directory (default bench-results/<timestamp>)")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the documentation page (header, method, table, row notes) to this file, e.g. docs/benchmarks.md")
 	fs.StringVar(&rows, "rows", "", "rows to run, comma-separated (default "+strings.Join(allRows, ",")+", and "+strings.Join(riverRows, ",")+
-		" when -river-bin exists; quick without "+rowJournalSize+")")
+		" when -river-bin exists; quick without "+rowJournalSize+"; "+rowShadow+" brings "+rowE2EMax+", "+rowReplayLive+" "+rowE2ESweeper+", "+rowJournalSize+" "+rowIngest+" and "+rowE2EMax+")")
 	fs.StringVar(&backlog, "backlog", "", "backlog row: events blocked behind failed heads, one measurement per level (default 0,100000,1000000; quick 0,10000)")
 	fs.IntVar(&o.BacklogHeads, "backlog-heads", 1000, "backlog row: aggregates whose FAILED head, due in an hour, blocks the backlog")
 	fs.IntVar(&o.BacklogFresh, "backlog-fresh", 2000, "backlog row: fresh events of other aggregates drained at each level")
 	fs.IntVar(&o.JournalSize, "journal-size", 10_000_000, "journal-size row: settled entries the journal holds before ingest and e2e-max run")
 	fs.Float64Var(&o.Rate, "rate", 1000, "end-to-end rows: offered rate, messages per second")
 	fs.Float64Var(&o.HighRate, "rate-high", 3000, "e2e-sweeper row: a second offered rate, to show whether a backlog grows (0: off)")
+	fs.IntVar(&o.ShadowLimit, "shadow-limit", 20000, "shadow row: the events of e2e-max's it runs over, at most, oldest first (0: all)")
+	fs.Float64Var(&o.ReplayRate, "replay-rate", 50, "replay-live row: the replay run's rate limit, events per second")
+	fs.IntVar(&o.ReplayEvents, "replay-events", 0, "replay-live row: processed events the replay runs over (default: enough to outlast the measured phase at -replay-rate, at least 1000)")
+	fs.IntVar(&o.ReplayAggregates, "replay-aggregates", 50, "replay-live row: aggregates the replayed events are spread over (the live events' are others)")
 	fs.DurationVar(&o.E2EDuration, "e2e-duration", 0, "end-to-end rows: how long to publish at -rate (default 20s; quick 3s)")
 	fs.IntVar(&o.Warmup, "warmup", 200, "end-to-end rows: messages processed before measuring")
 	fs.IntVar(&o.BrokerWarmup, "warmup-broker", 60000, "messages published and drained through a scratch queue before the first row, so that no row measures the broker's JIT warm-up (0: off)")
@@ -182,8 +204,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.Rows = append(o.Rows, r)
 	}
-	if contains(o.Rows, rowJournalSize) { // measured against these, in the same repetition
-		for _, base := range []string{rowIngest, rowE2EMax} {
+	for _, r := range o.Rows { // measured against these, in the same repetition
+		for _, base := range baseRows[r] {
 			if !contains(o.Rows, base) {
 				o.Rows = append(o.Rows, base)
 			}
@@ -226,6 +248,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-dup and -malformed must be non-negative and sum to less than 1")
 	case o.BacklogHeads < 1 || o.BacklogFresh < 1 || o.JournalSize < 1:
 		return nil, errors.New("-backlog-heads, -backlog-fresh and -journal-size must be at least 1")
+	case o.ReplayRate <= 0 || o.ReplayEvents < 0 || o.ReplayAggregates < 1 || o.ShadowLimit < 0:
+		return nil, errors.New("-replay-rate must be positive, -replay-events and -shadow-limit at least 0 and -replay-aggregates at least 1")
 	}
 	tracedPublish.Store(o.Knobs.Tracing) // this process may publish (bench/tracing.go)
 	if err := o.Knobs.validate(); err != nil {
@@ -356,6 +380,7 @@ func (o *options) settings() map[string]any {
 		"dup_ratio": o.Dup, "malformed_ratio": o.Bad, "sweep": o.Sweep, "stomp_addr": o.StompAddr, "broker": o.Broker,
 		"river":   o.River,
 		"backlog": o.Backlog, "backlog_heads": o.BacklogHeads, "backlog_fresh": o.BacklogFresh, "journal_size": o.JournalSize,
+		"shadow_limit": o.ShadowLimit, "replay_rate": o.ReplayRate, "replay_events": o.replayEvents(), "replay_aggregates": o.ReplayAggregates,
 	}
 }
 

@@ -78,6 +78,15 @@ type Measurement struct {
 	SlowdownVs string  `json:"slowdown_vs,omitempty"` // the baseline, in words
 	// ClaimLatency is journal.ClaimHeads' duration on the backlog row's setup, in ms.
 	ClaimLatency *Latency `json:"claim_latency_ms,omitempty"`
+	// VsBase is a figure of the row over the same figure of its base row in the same
+	// repetition: shadow, its events/s over e2e-max's; replay-live, its p99 over that of
+	// e2e-sweeper at the same rate. VsBaseWhat says which, in words.
+	VsBase     float64 `json:"vs_base,omitempty"`
+	VsBaseWhat string  `json:"vs_base_what,omitempty"`
+	// ReplayRate is, for replay-live, the events per second the replay achieved while
+	// the live rate was measured, under its limit ReplayLimit.
+	ReplayRate  float64 `json:"replay_rate,omitempty"`
+	ReplayLimit float64 `json:"replay_limit,omitempty"`
 	// Load is the 1-minute load average when the row started, Calibration a sample of
 	// the header's figure taken then (seconds to SHA-256 300 MiB, scaled from 30 MiB).
 	Load        float64 `json:"load"`
@@ -112,6 +121,8 @@ type Summary struct {
 	OK            bool     `json:"ok"`
 	Slowdown      float64  `json:"slowdown,omitempty"`         // median (see Measurement)
 	ClaimLatency  *Latency `json:"claim_latency_ms,omitempty"` // median of each percentile
+	VsBase        float64  `json:"vs_base,omitempty"`          // median (see Measurement)
+	ReplayRate    float64  `json:"replay_rate,omitempty"`      // median (see Measurement)
 	// LoadMin/Max and CalibrationMin/Max span the repetitions (see Measurement).
 	LoadMin        float64 `json:"load_min"`
 	LoadMax        float64 `json:"load_max"`
@@ -158,7 +169,7 @@ func summarizeAll(ms []Measurement) []Summary {
 		s := Summary{Row: k.row, Config: k.config, N: k.n, Reps: len(g), OK: true, Check: "ok"}
 		var rate, cpu, host, amq, pg, vsB, vsN, vsI, inboxd []float64
 		var lats, ingLats, claims []Latency
-		var slow, pubHost, pubAmq []float64
+		var slow, pubHost, pubAmq, vsBase, replayRate []float64
 		for i, m := range g {
 			if i == 0 {
 				s.LoadMin, s.LoadMax, s.CalibrationMin, s.CalibrationMax = m.Load, m.Load, m.Calibration, m.Calibration
@@ -172,10 +183,11 @@ func summarizeAll(ms []Measurement) []Summary {
 			pg = append(pg, m.DBCPUPer10k)
 			pubHost, pubAmq = append(pubHost, m.PublishHostCPUPer10k), append(pubAmq, m.PublishBrokerCPUPer10k)
 			s.PeakRSSBytes = max(s.PeakRSSBytes, m.PeakRSSBytes)
-			if b, ok := baseline(rowBroker, m.Rep, m.N); ok && b.MsgPerSec > 0 {
+			// A shadow run's rate is in events, not messages: no ratio to a drain of messages.
+			if b, ok := baseline(rowBroker, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row != rowShadow {
 				vsB = append(vsB, m.MsgPerSec/b.MsgPerSec)
 			}
-			if b, ok := baseline(rowNaive, m.Rep, m.N); ok && b.MsgPerSec > 0 {
+			if b, ok := baseline(rowNaive, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row != rowShadow {
 				vsN = append(vsN, m.MsgPerSec/b.MsgPerSec)
 			}
 			if b, ok := baseline(rowIngest, m.Rep, m.N); ok && b.MsgPerSec > 0 && m.Row == rowIngestPrune {
@@ -197,6 +209,12 @@ func summarizeAll(ms []Measurement) []Summary {
 			}
 			if m.Slowdown > 0 {
 				slow = append(slow, m.Slowdown)
+			}
+			if m.VsBase > 0 {
+				vsBase = append(vsBase, m.VsBase)
+			}
+			if m.ReplayLimit > 0 {
+				replayRate = append(replayRate, m.ReplayRate)
 			}
 			if !m.OK && s.OK {
 				s.OK, s.Check = false, fmt.Sprintf("rep %d: %s", m.Rep, m.Check)
@@ -229,9 +247,25 @@ func summarizeAll(ms []Measurement) []Summary {
 		if s.ClaimLatency != nil {
 			s.Check += fmt.Sprintf("; ClaimHeads p50/p99 %.1f/%.1f ms", s.ClaimLatency.P50, s.ClaimLatency.P99)
 		}
+		if len(vsBase) > 0 {
+			s.VsBase = median(vsBase)
+			s.Check += fmt.Sprintf("; %s %.2f× %s", vsBaseFigure(k.row), s.VsBase, g[0].VsBaseWhat)
+		}
+		if len(replayRate) > 0 {
+			s.ReplayRate = median(replayRate)
+			s.Check += fmt.Sprintf("; replay %.1f events/s (limit %.0f)", s.ReplayRate, g[0].ReplayLimit)
+		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// vsBaseFigure names the figure a row's VsBase compares.
+func vsBaseFigure(row string) string {
+	if row == rowReplayLive {
+		return "p99"
+	}
+	return "events/s"
 }
 
 // riverCounterpart is the inboxd row each river row is set beside.
@@ -397,13 +431,15 @@ func jsonSafe(rep *Report) *Report {
 		fix(&s.VsBroker)
 		fix(&s.VsNaive)
 		fix(&s.InboxdVsThis)
+		fix(&s.VsBase)
+		fix(&s.ReplayRate)
 		s.Latency, s.IngestLatency, s.ClaimLatency = fixLat(s.Latency), fixLat(s.IngestLatency), fixLat(s.ClaimLatency)
 	}
 	c.Measurements = append([]Measurement(nil), rep.Measurements...)
 	for i := range c.Measurements {
 		m := &c.Measurements[i]
 		for _, x := range []*float64{&m.Load, &m.Calibration, &m.DrainSeconds, &m.WallSeconds, &m.MsgPerSec, &m.CPUSeconds, &m.CPUPer10k, &m.HostCPUPer10k, &m.BrokerCPUPer10k, &m.DBCPUPer10k,
-			&m.PublishHostCPUPer10k, &m.PublishBrokerCPUPer10k} {
+			&m.PublishHostCPUPer10k, &m.PublishBrokerCPUPer10k, &m.VsBase, &m.ReplayRate} {
 			fix(x)
 		}
 		m.Latency, m.IngestLatency, m.ClaimLatency = fixLat(m.Latency), fixLat(m.IngestLatency), fixLat(m.ClaimLatency)

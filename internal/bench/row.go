@@ -31,6 +31,12 @@ const (
 	rowE2ESweeper  = "e2e-sweeper"
 	rowE2EWebhook  = "e2e-webhook"
 	rowE2EMax      = "e2e-max"
+	// rowShadow is a shadow replay (internal/replay) over the events the e2e-max row has
+	// just processed, on its database: events per second, against e2e-max's.
+	rowShadow = "shadow"
+	// rowReplayLive is e2e-sweeper at -rate while a replay run reprocesses a processed
+	// history at -replay-rate: its p99, against e2e-sweeper's without a replay.
+	rowReplayLive = "replay-live"
 )
 
 // rowArgs is what the parent tells a child.
@@ -53,6 +59,9 @@ type rowResult struct {
 	DrainSeconds float64 `json:"drain_seconds"`  // subscription → last message done
 	PeakRSS      int64   `json:"peak_rss_bytes"` // VmHWM at the end (see selfPeakRSS)
 	Note         string  `json:"note,omitempty"`
+	// Differing is, for the shadow row, the events whose shadow run differed from what
+	// was recorded (the unchanged handler: none).
+	Differing int `json:"differing,omitempty"`
 }
 
 // Lines the child writes on stdout.
@@ -77,9 +86,9 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("inboxd bench-row", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	a := rowArgs{Knobs: defaultKnobs()}
-	fs.StringVar(&a.Row, "row", "", "broker, naive, ingest, ingest+prune, e2e-max, backlog, e2e-sweeper or e2e-webhook")
+	fs.StringVar(&a.Row, "row", "", "broker, naive, ingest, ingest+prune, e2e-max, backlog, shadow, e2e-sweeper, e2e-webhook or replay-live")
 	fs.StringVar(&a.Queue, "queue", "", "STOMP destination")
-	fs.IntVar(&a.N, "n", 0, "messages to drain")
+	fs.IntVar(&a.N, "n", 0, "messages to drain (shadow: events to run, at most)")
 	fs.StringVar(&a.DBURL, "db-url", "", "database of the row")
 	fs.StringVar(&a.StompAddr, "stomp-addr", "127.0.0.1:61613", "STOMP address")
 	fs.StringVar(&a.Broker, "broker", "activemq", "activemq or rabbitmq")
@@ -116,7 +125,7 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	var res rowResult
 	switch a.Row {
-	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowBacklog:
+	case rowBroker, rowNaive, rowIngest, rowIngestPrune, rowE2EMax, rowBacklog, rowShadow:
 		go func() {
 			select {
 			case <-stdinClosed:
@@ -137,8 +146,10 @@ func RowMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			res, err = runIngestPruning(ctx, a, log)
 		case rowE2EMax, rowBacklog:
 			res, err = runE2EMax(ctx, a, log)
+		case rowShadow:
+			res, err = runShadow(ctx, a, log)
 		}
-	case rowE2ESweeper, rowE2EWebhook:
+	case rowE2ESweeper, rowE2EWebhook, rowReplayLive:
 		res, err = runE2E(ctx, a, log, ready, stdinClosed)
 	default:
 		return fmt.Errorf("unknown row %q", a.Row)

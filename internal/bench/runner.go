@@ -58,7 +58,17 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 					configs = r.o.ingestConfigs()
 				}
 				for _, k := range configs {
-					m, err := r.drainRow(ctx, row, k, corpus, i)
+					sp := r.drainSpecOf(row, k)
+					var shadow *Measurement
+					if row == rowE2EMax && contains(r.o.Rows, rowShadow) {
+						// The shadow row runs over what e2e-max has just processed, on its database.
+						sp.after = func(ctx context.Context, db *freshDB, queue string, base Measurement) error {
+							s, err := r.shadowRow(ctx, db, k, corpus, i, base, queue)
+							shadow = &s
+							return err
+						}
+					}
+					m, err := r.drain(ctx, sp, k, corpus, i)
 					if err != nil {
 						return err
 					}
@@ -81,6 +91,9 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 						empty[row] = &m
 					}
 					rep.Measurements = append(rep.Measurements, m)
+					if shadow != nil {
+						rep.Measurements = append(rep.Measurements, *shadow)
+					}
 				}
 			}
 			if contains(r.o.Rows, rowJournalSize) {
@@ -100,7 +113,8 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 				return err
 			}
 		}
-		for _, row := range []string{rowE2ESweeper, rowE2EWebhook} {
+		var sweeper *Measurement // e2e-sweeper at -rate: replay-live's base
+		for _, row := range []string{rowE2ESweeper, rowE2EWebhook, rowReplayLive} {
 			if !contains(r.o.Rows, row) {
 				continue
 			}
@@ -116,6 +130,16 @@ func (r *runner) run(ctx context.Context, rep *Report) error {
 				m, err := r.e2eRow(ctx, row, r.o.Knobs, i, rate)
 				if err != nil {
 					return err
+				}
+				switch {
+				case row == rowE2ESweeper && rate == r.o.Rate:
+					sweeper = &m
+				case row == rowReplayLive && sweeper != nil && sweeper.Latency != nil && m.Latency != nil && sweeper.Latency.P99 > 0:
+					m.VsBase, m.VsBaseWhat = m.Latency.P99/sweeper.Latency.P99, fmt.Sprintf("e2e-sweeper's at %.0f msg/s, without a replay", rate)
+					m.Note = fmt.Sprintf("p99 %.2f× e2e-sweeper's in this repetition (%.0f ms at the same rate, without a replay); %s",
+						m.VsBase, sweeper.Latency.P99, m.Note)
+					r.logf("rep %d: replay-live: p99 %.2f× e2e-sweeper's (%.0f vs %.0f ms), replay at %.1f events/s (limit %.0f)",
+						i, m.VsBase, m.Latency.P99, sweeper.Latency.P99, m.ReplayRate, m.ReplayLimit)
 				}
 				rep.Measurements = append(rep.Measurements, m)
 			}
@@ -162,14 +186,15 @@ func (r *runner) profilePath(row string, k Knobs, n, rep int) string {
 	return p
 }
 
-// drainRow measures rows 1–3: pre-publish the corpus to a fresh queue, let the child
-// drain it, then check the database and that the queue is empty.
-func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, rep int) (Measurement, error) {
+// drainSpecOf is what the drain rows (1–3, e2e-max, river's) run with k: pre-publish the
+// corpus to a fresh queue, let the child drain it, then check the database and that the
+// queue is empty (drain).
+func (r *runner) drainSpecOf(row string, k Knobs) drainSpec {
 	config := k.label(row)
 	if isRiverRow(row) {
 		config = r.o.River.label(row, k)
 	}
-	return r.drain(ctx, drainSpec{row: row, child: row, config: config}, k, c, rep)
+	return drainSpec{row: row, child: row, config: config}
 }
 
 // drainSpec says what a drain measurement runs: the child's row, on a fresh database or
@@ -177,6 +202,9 @@ func (r *runner) drainRow(ctx context.Context, row string, k Knobs, c Corpus, re
 type drainSpec struct {
 	row, child, config string
 	template           string
+	// after, when set, runs once the measurement has passed its check, on its database
+	// before it is dropped (the shadow row), with a context of its own row timeout.
+	after func(ctx context.Context, db *freshDB, queue string, m Measurement) error
 }
 
 func (sp drainSpec) name() string {
@@ -193,6 +221,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	if !available[row] {
 		return m, fmt.Errorf("row %s: %w", row, errNotAvailable)
 	}
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
@@ -256,6 +285,15 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, k Knobs, c Corpus, rep
 	m.Check, m.OK = r.check(ctx, sp.child, queue, db, c, sp.template != "")
 	r.logf("rep %d: %s N=%d: %.0f msg/s, %.2f CPU s/10k, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s %s",
 		rep, row, n, m.MsgPerSec, m.CPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
+	if sp.after != nil && db != nil {
+		if !m.OK {
+			r.logf("rep %d: %s N=%d failed its check: the rows run on its database are skipped", rep, row, n)
+			return m, nil
+		}
+		if err := sp.after(outer, db, queue, m); err != nil {
+			return m, err
+		}
+	}
 	return m, nil
 }
 
@@ -368,6 +406,12 @@ func (r *runner) purge(ctx context.Context, queue string) {
 func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate float64) (Measurement, error) {
 	total := int(rate * r.o.E2EDuration.Seconds())
 	m := Measurement{Row: row, Config: fmt.Sprintf("%s rate=%.0f", k.label(row), rate), Knobs: k, N: total, Rep: rep, OfferedRate: rate}
+	var hist *replayHistory // replay-live: the processed events a replay runs over meanwhile
+	if row == rowReplayLive {
+		hist = &replayHistory{events: r.o.replayEvents(), aggregates: r.o.ReplayAggregates, rate: r.o.ReplayRate}
+		m.Config += fmt.Sprintf("; replaying %d events of %d other aggregates at ≤ %.0f/s", hist.events, hist.aggregates, hist.rate)
+		m.ReplayLimit = hist.rate
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.RowTimeout)
 	defer cancel()
 	queue := fmt.Sprintf("/queue/inboxd-bench.%s.%s", row, suffix())
@@ -382,7 +426,16 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(rep)))
 	var measureFrom time.Time
 	registered := time.Now().UTC()
+	history := 0 // events processed before the warm-up
+	var replayed0, replayed1, replayLeft int64
+	var replayedFor time.Duration
 	during := func(ctx context.Context) error {
+		if hist != nil {
+			if err := r.startHistoryReplay(ctx, hist, queue, pool, rng, registered); err != nil {
+				return err
+			}
+			history = hist.events
+		}
 		conn, err := dial(ctx, r.o.StompAddr)
 		if err != nil {
 			return err
@@ -396,15 +449,29 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 			}); err != nil {
 				return err
 			}
-			return waitProcessed(ctx, pool, next, within)
+			return waitProcessed(ctx, pool, history+next, within)
 		}
 		if r.o.Warmup > 0 {
 			if err := phase(r.o.Warmup, time.Minute); err != nil {
 				return fmt.Errorf("warm-up: %w", err)
 			}
 		}
+		if hist != nil {
+			if replayed0, _, err = replayProgress(ctx, pool, hist.run); err != nil {
+				return err
+			}
+		}
 		measureFrom = time.Now()
-		return phase(total, 2*time.Minute)
+		if err := phase(total, 2*time.Minute); err != nil {
+			return err
+		}
+		if hist != nil {
+			replayedFor = time.Since(measureFrom)
+			if replayed1, replayLeft, err = replayProgress(ctx, pool, hist.run); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	r.logf("rep %d: %s: offering %.0f msg/s for %s", rep, row, rate, r.o.E2EDuration)
 	commits0, _ := transactions(ctx, pool)
@@ -414,7 +481,7 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 		r.purge(ctx, queue)
 		return m, err
 	}
-	m.fill(out, total+r.o.Warmup)
+	m.fill(out, total+r.o.Warmup) // the history's events, processed before, are the replay's
 	commits1, cerr := transactions(ctx, pool)
 	wal1, walErr1 := r.walWritten(ctx, pool)
 	timings, err := journal.ProcessedTimings(ctx, pool)
@@ -466,14 +533,24 @@ func (r *runner) e2eRow(ctx context.Context, row string, k Knobs, rep int, rate 
 	if m.DrainSeconds > 0 {
 		m.MsgPerSec = float64(len(e2e)) / m.DrainSeconds
 	}
+	if hist != nil && replayedFor > 0 {
+		m.ReplayRate = float64(replayed1-replayed0) / replayedFor.Seconds()
+		m.Note = fmt.Sprintf("replay run: %d events replayed while the rate was measured (%.1f/s, limit %.0f), %d left after; %s",
+			replayed1-replayed0, m.ReplayRate, hist.rate, replayLeft, m.Note)
+	}
 	counts, err := journal.CountRows(ctx, pool)
 	switch {
 	case err != nil:
 		m.Check = err.Error()
-	case len(e2e) != total || counts.Journal != total+r.o.Warmup || counts.ByStatus[journal.StatusProcessed] != counts.Journal:
+	case len(e2e) != total || counts.Journal != total+r.o.Warmup+history || counts.ByStatus[journal.StatusProcessed] != counts.Journal:
 		m.Check = fmt.Sprintf("measured %d of %d, journal %v", len(e2e), total, counts.ByStatus)
+	case hist != nil && replayLeft == 0:
+		m.Check = fmt.Sprintf("the replay ended before the measured phase did: raise -replay-events (%d)", hist.events)
 	default:
 		m.Check, m.OK = fmt.Sprintf("ok (processed=%d)", counts.Journal), true
+		if hist != nil {
+			m.Check = fmt.Sprintf("ok (processed=%d: %d live, %d under replay throughout)", counts.Journal, total+r.o.Warmup, hist.events)
+		}
 	}
 	r.logf("rep %d: %s: %.0f msg/s, latency p50/p95/p99 %.0f/%.0f/%.0f ms (journaled: %.0f/%.0f/%.0f), %.2f CPU s/10k, host %.2f, peak RSS %.1f MiB (load %.2f, cal %.2f s), check %s; %s",
 		rep, row, m.MsgPerSec, lat.P50, lat.P95, lat.P99, ingLat.P50, ingLat.P95, ingLat.P99, m.CPUPer10k, m.HostCPUPer10k, float64(m.PeakRSSBytes)/(1<<20), m.Load, m.Calibration, m.Check, m.Note)
