@@ -6,22 +6,28 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxd/inboxd/internal/database"
+	"github.com/inboxd/inboxd/internal/eventctx"
 	"github.com/inboxd/inboxd/internal/journal"
+	"github.com/inboxd/inboxd/internal/process"
 	pt "github.com/inboxd/inboxd/internal/process/processtest"
 	"github.com/inboxd/inboxd/internal/replay"
 	"github.com/inboxd/inboxd/internal/testenv"
 )
 
 // TestHelperReplayRunner is the child process of TestReplaySurvivesKill9: it runs the
-// replay run INBOXD_REPLAY_RUN of INBOXD_HELPER_DB until it is killed.
+// replay run INBOXD_REPLAY_RUN of INBOXD_HELPER_DB until it is killed; with
+// INBOXD_REPLAY_KILL_AT=N it kills itself inside the Nth replayed handler call, after
+// the handler's write and before its transaction commits.
 func TestHelperReplayRunner(t *testing.T) {
 	url, run := os.Getenv("INBOXD_HELPER_DB"), os.Getenv("INBOXD_REPLAY_RUN")
 	if url == "" || run == "" {
@@ -32,17 +38,58 @@ func TestHelperReplayRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	_, reg := registryOnly()
+	reg := process.NewRegistry()
+	var h process.Handler = logHandler{}
+	if at, _ := strconv.Atoi(os.Getenv("INBOXD_REPLAY_KILL_AT")); at > 0 {
+		h = &killingHandler{at: at}
+	}
+	reg.Register(pt.EffectType, h)
 	os.Stdout.WriteString("running\n")
 	_, err = replay.Executor{Pool: pool, Dialect: database.PostgreSQL, Registry: reg, LeaseTTL: 2 * time.Second}.Execute(context.Background(), run)
 	t.Fatalf("the runner returned (%v); it should have been killed", err)
 }
 
+// killingHandler is logHandler until its at-th replayed call, which it ends by killing
+// its own process after the handler's write: the item's transaction never commits.
+type killingHandler struct {
+	at, calls int
+}
+
+func (k *killingHandler) Handle(ctx context.Context, tx pgx.Tx, ev process.Event) error {
+	if err := (logHandler{}).Handle(ctx, tx, ev); err != nil {
+		return err
+	}
+	if ev.Mode == eventctx.Replay {
+		if k.calls++; k.calls == k.at {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal ends the process
+		}
+	}
+	return nil
+}
+
 // A replay runner killed with SIGKILL in the middle of a run, then started again,
 // replays each event of the plan exactly once: the log the handler writes, the items
-// and the attempts recorded with the run all count one per event.
+// and the attempts recorded with the run all count one per event. Killed from outside,
+// the kill lands anywhere; killed inside a handler, it lands at the commit boundary:
+// the item before committed just before it, this one never will.
 func TestReplaySurvivesKill9(t *testing.T) {
 	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		killAt int // the replayed handler call that kills the runner; 0: a SIGKILL from outside
+	}{
+		{name: "killed from outside"},
+		{name: "killed inside a replayed handler, before its commit", killAt: 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			replaySurvivesKill9(t, tt.killAt)
+		})
+	}
+}
+
+func replaySurvivesKill9(t *testing.T, killAt int) {
 	db, reg := logDB(t)
 	ctx := context.Background()
 	const n = 400
@@ -63,7 +110,8 @@ func TestReplaySurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReplayRunner$", "-test.v")
-	cmd.Env = append(os.Environ(), "INBOXD_HELPER_DB="+db.URL, "INBOXD_REPLAY_RUN="+run.ID)
+	cmd.Env = append(os.Environ(), "INBOXD_HELPER_DB="+db.URL, "INBOXD_REPLAY_RUN="+run.ID,
+		"INBOXD_REPLAY_KILL_AT="+strconv.Itoa(killAt))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -88,14 +136,19 @@ func TestReplaySurvivesKill9(t *testing.T) {
 		}
 		return int(r.Done)
 	}
-	testenv.Eventually(t, time.Minute, "the child replays some events", func() bool { return doneItems() >= n/4 })
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if killAt == 0 {
+		testenv.Eventually(t, time.Minute, "the child replays some events", func() bool { return doneItems() >= n/4 })
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_ = cmd.Wait()
 	atKill := doneItems()
 	if atKill >= n {
 		t.Fatalf("the child finished the run (%d events) before it was killed", atKill)
+	}
+	if killAt > 0 && atKill != killAt-1 {
+		t.Fatalf("%d items done when the %dth handler call killed the runner, want %d: every earlier item committed, this one not", atKill, killAt, killAt-1)
 	}
 	// The dead runner's lease keeps the run until it expires; then the restarted runner
 	// takes it over and finishes the run.
