@@ -28,9 +28,13 @@ import (
 type Config struct {
 	Journal    time.Duration // PROCESSED and REJECTED entries, by updated_at
 	Quarantine time.Duration // quarantine rows, by received_at
-	Interval   time.Duration // between passes; defaults.RetentionInterval when zero
-	Batch      int           // rows per DELETE; defaults.RetentionBatch when zero
-	Pause      time.Duration // between full batches; defaults.RetentionPause when zero
+	// Replay: replay runs that ended (done or cancelled), by finished_at, with their
+	// items and holds. inboxd passes the journal's retention: a run older than the
+	// horizon replayed events that retention may already have deleted.
+	Replay   time.Duration
+	Interval time.Duration // between passes; defaults.RetentionInterval when zero
+	Batch    int           // rows per DELETE; defaults.RetentionBatch when zero
+	Pause    time.Duration // between full batches; defaults.RetentionPause when zero
 }
 
 // Pruner deletes expired rows, one bounded batch per statement.
@@ -45,6 +49,7 @@ type Pruner struct {
 // Stats counts what one pass deleted.
 type Stats struct {
 	Journal, Quarantine int64
+	Replay              int64 // replay runs and their items
 }
 
 // New returns a pruner; a nil logger discards.
