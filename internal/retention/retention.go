@@ -1,6 +1,7 @@
 // Package retention deletes expired journal and quarantine rows on PostgreSQL. On
 // CockroachDB, row-level TTL does the same job (inboxd migrate sets it up, see
-// internal/feed), and the pruner is not started.
+// internal/feed), and the pruner deletes only the replay runs that ended, which a
+// row's own TTL cannot tell from those still running.
 //
 // Deleting a journal entry ends its deduplication: a redelivery of an event older than
 // the retention is journaled, and processed, again.
@@ -64,7 +65,7 @@ func New(db database.DB, cfg Config, log *slog.Logger) *Pruner {
 }
 
 // Enabled reports whether anything expires.
-func (p *Pruner) Enabled() bool { return p.cfg.Journal > 0 || p.cfg.Quarantine > 0 }
+func (p *Pruner) Enabled() bool { return p.cfg.Journal > 0 || p.cfg.Quarantine > 0 || p.cfg.Replay > 0 }
 
 // Run prunes every Interval until ctx ends. A failed pass is logged and retried at the
 // next interval: retention is housekeeping, never a reason to stop inboxd.
@@ -84,8 +85,8 @@ func (p *Pruner) Run(ctx context.Context) error {
 			out.Fail("retention pass failed; retrying at the next interval", err)
 		default:
 			out.Recovered("retention works again")
-			if st.Journal > 0 || st.Quarantine > 0 {
-				p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine)
+			if st.Journal > 0 || st.Quarantine > 0 || st.Replay > 0 {
+				p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine, "replay", st.Replay)
 			}
 		}
 		if p.passDone != nil {
@@ -109,6 +110,7 @@ func (p *Pruner) Pass(ctx context.Context) (Stats, error) {
 	}{
 		{p.cfg.Journal, journal.PruneJournal, &st.Journal},
 		{p.cfg.Quarantine, journal.PruneQuarantine, &st.Quarantine},
+		{p.cfg.Replay, journal.PruneReplayRuns, &st.Replay},
 	} {
 		if job.keep <= 0 {
 			continue
