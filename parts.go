@@ -203,8 +203,13 @@ func (c assembly) run(ctx context.Context) error {
 	// checkRetention warns when it is not the Config's.
 	checkRetention(ctx, c.pool, dialect, cfg, log)
 	keep := retentionOf(cfg) // negative: forever, the pruner's zero
-	if pruner := retention.New(c.pool, retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine},
-		log.With("component", "retention")); !dialect.RowTTL() && pruner.Enabled() {
+	// Replay runs that ended expire with the journal's retention, on both databases
+	// (row-level TTL cannot tell an ended run's items from a running one's).
+	rcfg := retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine, Replay: keep.Journal}
+	if dialect.RowTTL() {
+		rcfg = retention.Config{Replay: keep.Journal}
+	}
+	if pruner := retention.New(c.pool, rcfg, log.With("component", "retention")); pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
 	serving := lifecycle.Stage{Name: "serving", Parts: []lifecycle.Part{{Name: "health", Run: mon.Run}}}

@@ -221,6 +221,7 @@ func New(cfg Config) (*Server, error) {
 	post("/admin/events/:id/retry", s.adminRetryOne, admin)
 	post("/admin/events/:id/skip", s.adminSkipOne, admin)
 	post("/admin/events/:id/edit-and-retry", s.adminEditAndRetry, admin)
+	e.GET("/admin/replays", s.adminReplayList, admin)
 	post("/admin/replays", s.adminReplayPlan, admin)
 	e.GET("/admin/replays/:id", s.adminReplayStatus, admin)
 	post("/admin/replays/:id/:action", s.adminReplayAction, admin)

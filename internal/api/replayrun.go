@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,33 @@ func (s *Server) adminReplayPlan(c echo.Context) error {
 	}
 	s.audit(c, "replay plan", "run", run.ID, "events", run.Events)
 	return s.replayStatus(c, run.ID, http.StatusCreated)
+}
+
+// adminReplayList lists the newest runs (limit, default 20, at most 100), of one state
+// when given, each with its progress.
+func (s *Server) adminReplayList(c echo.Context) error {
+	state := c.QueryParam("state")
+	switch state {
+	case "", journal.RunPlanned, journal.RunRunning, journal.RunPaused, journal.RunCancelled, journal.RunDone:
+	default:
+		return BadRequest("unknown replay run state", "state is one of planned, running, paused, cancelled, done")
+	}
+	limit := 20
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > journal.MaxListReplayRuns {
+			return BadRequest("invalid limit", "limit is a number from 1 to 100")
+		}
+		limit = n
+	}
+	runs, err := journal.ListReplayRuns(c.Request().Context(), s.db, state, limit)
+	if err != nil {
+		return Internal("listing replay runs", err)
+	}
+	if runs == nil {
+		runs = []journal.ReplayRun{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": runs})
 }
 
 func (s *Server) adminReplayStatus(c echo.Context) error {

@@ -50,6 +50,24 @@ func TestReplayRoutes(t *testing.T) {
 	if r := h.do(t, "GET", "/admin/replays/"+ids[0], nil); r.Code != 404 {
 		t.Errorf("unknown run: %d", r.Code)
 	}
+	var list struct{ Items []journal.ReplayRun }
+	if r := h.do(t, "GET", "/admin/replays", nil); r.Code != 200 || json.Unmarshal(r.Body, &list) != nil ||
+		len(list.Items) != 1 || list.Items[0].ID != run.ID || list.Items[0].Pending != 2 || list.Items[0].Events != 2 {
+		t.Errorf("list: %d %s", r.Code, r.Body)
+	}
+	for q, want := range map[string]int{"?state=cancelled": 1, "?state=running": 0, "?state=nope": -400, "?limit=0": -400, "?limit=100": 1} {
+		r := h.do(t, "GET", "/admin/replays"+q, nil)
+		if want < 0 {
+			if r.Code != -want {
+				t.Errorf("list%s: %d, want %d", q, r.Code, -want)
+			}
+			continue
+		}
+		list.Items = nil
+		if r.Code != 200 || json.Unmarshal(r.Body, &list) != nil || len(list.Items) != want {
+			t.Errorf("list%s: %d %s, want %d runs", q, r.Code, r.Body, want)
+		}
+	}
 	if !strings.Contains(h.log.String(), `"action":"replay start"`) {
 		t.Errorf("start not audited:\n%s", h.log.String())
 	}

@@ -293,6 +293,57 @@ func TestConsoleInBrowser(t *testing.T) {
 		})
 	})
 
+	step(t, "plan, start, pause, resume and cancel a replay run", func(t *testing.T) {
+		f.open(t, "/ui/replays")
+		f.waitLoaded(t)
+		f.run(t, "plan without a criterion", chromedp.Click(`#plan-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('plan-result').textContent.startsWith('Give at least one of')`, "the refusal of a plan of everything")
+		want := f.sql(t, `SELECT count(*) FROM journal WHERE event_type = $1 AND status = 'PROCESSED'`, registration.EventType)
+		f.run(t, "plan the processed registrations", chromedp.SendKeys(`#plan-form input[name=type]`, registration.EventType, chromedp.ByQuery),
+			chromedp.Click(`#plan-submit`, chromedp.ByQuery))
+		f.waitFor(t, `(document.getElementById('plan-done') || {}).textContent?.startsWith('Planned `+fmt.Sprint(want)+` events (`+fmt.Sprint(want)+` selected, 0 added by the tail rule)')`, "the plan's counts")
+		f.waitFor(t, `document.querySelectorAll('#runs tbody tr').length === 1`, "the plan in the list")
+		if n := f.sql(t, `SELECT count(*) FROM replay_run WHERE state = 'planned' AND events = $1`, want); n != 1 {
+			t.Fatalf("%d planned runs of %d events in the database, want 1", n, want)
+		}
+		f.run(t, "open the plan", chromedp.Click(`#plan-open`, chromedp.ByQuery))
+		f.waitFor(t, `!document.getElementById('start-form').hidden && document.getElementById('run-events').textContent === '`+fmt.Sprint(want)+`'`, "the run's counts and the start form")
+		f.run(t, "start without a reason", chromedp.Click(`#start-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('start-result').textContent.startsWith('Give a reason')`, "the refusal without a reason")
+		f.run(t, "start with a bad rate", chromedp.SendKeys(`#start-form input[name=reason]`, "fixed the handler", chromedp.ByQuery),
+			chromedp.SetValue(`#start-form input[name=rate]`, "fast", chromedp.ByQuery), chromedp.Click(`#start-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('start-result').textContent.startsWith('The rate is a number')`, "the refusal of the rate")
+		if n := f.sql(t, `SELECT count(*) FROM replay_run WHERE state = 'planned'`); n != 1 {
+			t.Fatal("a refused start changed the run")
+		}
+		// A slow rate (one event per 20 s), so that the run is still going while it is
+		// paused, resumed and cancelled.
+		f.run(t, "start", chromedp.SetValue(`#start-form input[name=rate]`, "0.05", chromedp.ByQuery), chromedp.Click(`#start-submit`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('run-detail').dataset.state === 'running' && !document.getElementById('run-pause').hidden`, "the run running")
+		if n := f.sql(t, `SELECT count(*) FROM replay_run WHERE state = 'running' AND reason = 'fixed the handler' AND started_by = 'admin'
+			AND rate = 0.05 AND NOT publish`); n != 1 {
+			t.Errorf("the started run is not recorded with its reason, role, rate and suppress")
+		}
+		f.screenshot(t, "replays.png")
+		for _, c := range []struct{ button, state, next string }{
+			{"#run-pause", "paused", "#run-resume"}, {"#run-resume", "running", "#run-pause"},
+		} {
+			f.run(t, c.button, chromedp.Click(c.button, chromedp.ByQuery))
+			f.waitFor(t, `document.getElementById('run-detail').dataset.state === '`+c.state+`' && !document.querySelector('`+c.next+`').hidden`, "the run "+c.state)
+			if n := f.sql(t, `SELECT count(*) FROM replay_run WHERE state = $1`, c.state); n != 1 {
+				t.Errorf("database: no %s run", c.state)
+			}
+		}
+		f.run(t, "cancel", chromedp.Click(`#run-cancel`, chromedp.ByQuery))
+		f.waitFor(t, `document.querySelector('#run-result .confirm') !== null`, "the confirmation")
+		f.run(t, "confirm", chromedp.Click(`#run-result button.danger`, chromedp.ByQuery))
+		f.waitFor(t, `document.getElementById('run-detail').dataset.state === 'cancelled' && document.getElementById('run-cancel').hidden`, "the run cancelled")
+		if n := f.sql(t, `SELECT count(*) FROM replay_run WHERE state = 'cancelled'`); n != 1 {
+			t.Errorf("database: the run is not cancelled")
+		}
+		f.waitFor(t, `document.querySelector('#runs tbody tr .badge').textContent === 'cancelled'`, "the list showing it cancelled")
+	})
+
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()

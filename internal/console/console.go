@@ -55,6 +55,7 @@ var pages = []page{
 	{"journal", "Journal", "/journal"},
 	{"failures", "Failures", "/failures"},
 	{"quarantine", "Quarantine", "/quarantine"},
+	{"replays", "Replays", "/replays"},
 	{"feed", "Feed", "/feed"},
 }
 
@@ -66,13 +67,17 @@ type view struct {
 	Statuses []journal.Status
 	Retry    []journal.Status
 	Reasons  []string
-	Cfg      Config
-	EventID  string
+	// RunStates are the states of a replay run (journal.RunPlanned …).
+	RunStates []string
+	Cfg       Config
+	EventID   string
 }
 
 // Reasons a message is quarantined for (see internal/journal and docs/recoverability.md).
 var reasons = []string{"not_json", "not_object", "missing_id", "invalid_id", "missing_type", "invalid_header", "invalid_field", "too_large", "id_conflict",
 	"missing_source", "missing_specversion", "invalid_attribute"} // the last three: CloudEvents
+
+var runStates = []string{journal.RunPlanned, journal.RunRunning, journal.RunPaused, journal.RunDone, journal.RunCancelled}
 
 type console struct {
 	cfg  Config
@@ -91,7 +96,7 @@ func Register(e *echo.Echo, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("console: parsing layout: %w", err)
 	}
-	for _, name := range []string{"overview", "journal", "event", "failures", "quarantine", "feed", "login", "notfound"} {
+	for _, name := range []string{"overview", "journal", "event", "failures", "quarantine", "replays", "feed", "login", "notfound"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return fmt.Errorf("console: parsing %s: %w", name, err)
@@ -141,7 +146,7 @@ func (c *console) render(ec echo.Context, status int, name string, p page, event
 	}
 	var buf bytes.Buffer
 	v := view{Page: p, Nav: pages, Prefix: Prefix, Statuses: journal.Statuses, Retry: journal.RetryableStatuses,
-		Reasons: reasons, Cfg: c.cfg, EventID: eventID}
+		Reasons: reasons, RunStates: runStates, Cfg: c.cfg, EventID: eventID}
 	if err := t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		return fmt.Errorf("console: rendering %s: %w", name, err)
 	}

@@ -36,7 +36,7 @@ var (
 
 func TestPages(t *testing.T) {
 	e := newEcho(t, Config{})
-	for _, path := range []string{"/ui/", "/ui/journal", "/ui/failures", "/ui/quarantine", "/ui/feed", "/ui/login",
+	for _, path := range []string{"/ui/", "/ui/journal", "/ui/failures", "/ui/quarantine", "/ui/replays", "/ui/replays?run=6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01", "/ui/feed", "/ui/login",
 		"/ui/events/6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0a01"} {
 		rec := get(e, path)
 		if rec.Code != http.StatusOK {

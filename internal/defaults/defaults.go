@@ -347,7 +347,7 @@ func Settings() []Setting {
 		{"outbox-retry-max-delay", "OutboxRetryMaxDelay", OutboxRetryMaxDelay, "longest wait before the relay publishes again a message the broker refused; the wait starts at 1s and doubles per attempt",
 			"longest wait before the relay publishes again a message the broker refused (1s, doubling per attempt); the later messages of its group wait with it, and after a broker outage they go again within this long"},
 		{"retention", "Retention", Retention, "how long PROCESSED and REJECTED journal entries are kept (the dedup window); -1s or 0 keeps them forever",
-			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see [Retention](operations.md#retention)); `-1s` (or `0`; in `inboxd.Config` only a negative value, since a zero field takes the default) keeps them forever"},
+			"how long `PROCESSED` and `REJECTED` entries are kept after their last update: the dedup window (see [Retention](operations.md#retention)); replay runs that ended are kept as long after they ended; `-1s` (or `0`; in `inboxd.Config` only a negative value, since a zero field takes the default) keeps them forever"},
 		{"quarantine-retention", "QuarantineRetention", QuarantineRetention, "how long quarantined messages are kept; -1s or 0 keeps them forever",
 			"how long quarantined messages are kept; `-1s` (or `0`; in `inboxd.Config` only a negative value, since a zero field takes the default) keeps them forever"},
 		{"shutdown-timeout", "ShutdownTimeout", ShutdownTimeout, "how long a graceful shutdown may take",

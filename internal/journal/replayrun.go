@@ -127,6 +127,46 @@ func GetReplayRun(ctx context.Context, db database.DB, id string, counts bool) (
 	return r, nil
 }
 
+// sqlListReplayRuns reads the newest runs, of one state when $1 is not empty.
+// replay_run holds one row per plan, and retention deletes those that ended long ago.
+const sqlListReplayRuns = `SELECT ` + replayRunColumns + ` FROM replay_run
+	WHERE $1::TEXT = '' OR state = $1::TEXT
+	ORDER BY created_at DESC, id DESC
+	LIMIT $2::INT8`
+
+// MaxListReplayRuns bounds the runs ListReplayRuns returns.
+const MaxListReplayRuns = 100
+
+// ListReplayRuns returns up to limit runs (at most MaxListReplayRuns), newest first, of
+// state when it is not empty, each with its item counts (as GetReplayRun with counts).
+func ListReplayRuns(ctx context.Context, db database.DB, state string, limit int) ([]ReplayRun, error) {
+	limit = min(max(limit, 1), MaxListReplayRuns)
+	rows, err := db.Query(ctx, sqlListReplayRuns, state, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing replay runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReplayRun, error) {
+		var r ReplayRun
+		var sel, types string
+		if err := row.Scan(&r.ID, &r.State, &r.Reason, &r.StartedBy, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &sel,
+			&r.Tail, &r.Events, &r.Selected, &r.AddedByTail, &r.Aggregates, &types, &r.Publish, &r.Rate); err != nil {
+			return r, err
+		}
+		r.Selection = json.RawMessage(sel)
+		return r, json.Unmarshal([]byte(types), &r.Types)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing replay runs: %w", err)
+	}
+	for i := range runs {
+		r := &runs[i]
+		if err := db.QueryRow(ctx, sqlReplayItemCounts, r.ID).Scan(&r.Pending, &r.Done, &r.Dead, &r.Attempted); err != nil {
+			return nil, fmt.Errorf("counting replay run %s's events: %w", r.ID, err)
+		}
+	}
+	return runs, nil
+}
+
 const sqlStartReplayRun = `UPDATE replay_run SET state = 'running', reason = $2::TEXT, started_by = $3::TEXT,
 	rate = $4::FLOAT8, publish = $5::BOOL, started_at = now()
 	WHERE id = $1::UUID AND state = 'planned' RETURNING 1`

@@ -2,8 +2,11 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxd/inboxd/internal/database"
 )
@@ -61,4 +64,72 @@ func PruneQuarantine(ctx context.Context, db database.DB, retention time.Duratio
 		return 0, fmt.Errorf("deleting quarantine rows older than %s: %w", retention, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// Replay runs that ended (done or cancelled) before the horizon are deleted with their
+// items, and with any hold they left, a bounded batch per statement; a run that is
+// planned, running or paused is kept however old. journal_attempt.replay_run names a
+// run with no foreign key, so the attempt history stays as it is.
+
+// sqlDueReplayRun is the oldest run that ended before the horizon, through
+// replay_run_finished.
+const sqlDueReplayRun = `SELECT id::TEXT FROM replay_run
+	WHERE state IN ('done', 'cancelled') AND finished_at < now() - $1::INT8 * INTERVAL '1 millisecond'
+	ORDER BY finished_at
+	LIMIT 1`
+
+// sqlPruneReplayItems deletes up to $2 items of run $1 by its key (run_id, position),
+// and the run's holds of their aggregates by theirs (aggregate_id, run_id).
+const sqlPruneReplayItems = `
+WITH items AS (
+	DELETE FROM replay_item
+	WHERE run_id = $1::UUID AND position IN (
+		SELECT position FROM replay_item WHERE run_id = $1::UUID ORDER BY position LIMIT $2::INT8)
+	RETURNING aggregate_id),
+holds AS (
+	DELETE FROM replay_hold WHERE run_id = $1::UUID AND aggregate_id IN (SELECT aggregate_id FROM items)
+	RETURNING 1)
+SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM holds)`
+
+// sqlPruneReplayRun deletes an ended run once its items are gone. The state check is
+// repeated: only ended runs are ever deleted.
+const sqlPruneReplayRun = `DELETE FROM replay_run
+	WHERE id = $1::UUID AND state IN ('done', 'cancelled')
+	  AND NOT EXISTS (SELECT 1 FROM replay_item WHERE run_id = $1::UUID)`
+
+// PruneReplayRuns deletes up to limit rows (items and runs) of the replay runs that
+// ended more than retention ago, oldest run first, and returns how many it deleted:
+// fewer than limit when nothing more is due.
+func PruneReplayRuns(ctx context.Context, db database.DB, retention time.Duration, limit int) (int64, error) {
+	var deleted int64
+	for deleted < int64(limit) {
+		var run string
+		err := db.QueryRow(ctx, sqlDueReplayRun, retention.Milliseconds()).Scan(&run)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return deleted, nil
+		}
+		if err != nil {
+			return deleted, fmt.Errorf("finding replay runs that ended more than %s ago: %w", retention, err)
+		}
+		want := int64(limit) - deleted
+		var items, holds int64
+		if err := db.QueryRow(ctx, sqlPruneReplayItems, run, want).Scan(&items, &holds); err != nil {
+			return deleted, fmt.Errorf("deleting replay run %s's items: %w", run, err)
+		}
+		deleted += items
+		if items == want {
+			return deleted, nil // the batch is full; the run's next items go in the next one
+		}
+		tag, err := db.Exec(ctx, sqlPruneReplayRun, run)
+		if err != nil {
+			return deleted, fmt.Errorf("deleting replay run %s: %w", run, err)
+		}
+		if tag.RowsAffected() == 0 {
+			// Not deleted (items inserted meanwhile cannot happen to an ended run, so
+			// this is a concurrent pruner): stop here rather than pick it again.
+			return deleted, nil
+		}
+		deleted += tag.RowsAffected()
+	}
+	return deleted, nil
 }

@@ -1,6 +1,7 @@
 // Package retention deletes expired journal and quarantine rows on PostgreSQL. On
 // CockroachDB, row-level TTL does the same job (inboxd migrate sets it up, see
-// internal/feed), and the pruner is not started.
+// internal/feed), and the pruner deletes only the replay runs that ended, which a
+// row's own TTL cannot tell from those still running.
 //
 // Deleting a journal entry ends its deduplication: a redelivery of an event older than
 // the retention is journaled, and processed, again.
@@ -28,9 +29,13 @@ import (
 type Config struct {
 	Journal    time.Duration // PROCESSED and REJECTED entries, by updated_at
 	Quarantine time.Duration // quarantine rows, by received_at
-	Interval   time.Duration // between passes; defaults.RetentionInterval when zero
-	Batch      int           // rows per DELETE; defaults.RetentionBatch when zero
-	Pause      time.Duration // between full batches; defaults.RetentionPause when zero
+	// Replay: replay runs that ended (done or cancelled), by finished_at, with their
+	// items and holds. inboxd passes the journal's retention: a run older than the
+	// horizon replayed events that retention may already have deleted.
+	Replay   time.Duration
+	Interval time.Duration // between passes; defaults.RetentionInterval when zero
+	Batch    int           // rows per DELETE; defaults.RetentionBatch when zero
+	Pause    time.Duration // between full batches; defaults.RetentionPause when zero
 }
 
 // Pruner deletes expired rows, one bounded batch per statement.
@@ -45,6 +50,7 @@ type Pruner struct {
 // Stats counts what one pass deleted.
 type Stats struct {
 	Journal, Quarantine int64
+	Replay              int64 // replay runs and their items
 }
 
 // New returns a pruner; a nil logger discards.
@@ -59,7 +65,7 @@ func New(db database.DB, cfg Config, log *slog.Logger) *Pruner {
 }
 
 // Enabled reports whether anything expires.
-func (p *Pruner) Enabled() bool { return p.cfg.Journal > 0 || p.cfg.Quarantine > 0 }
+func (p *Pruner) Enabled() bool { return p.cfg.Journal > 0 || p.cfg.Quarantine > 0 || p.cfg.Replay > 0 }
 
 // Run prunes every Interval until ctx ends. A failed pass is logged and retried at the
 // next interval: retention is housekeeping, never a reason to stop inboxd.
@@ -79,8 +85,8 @@ func (p *Pruner) Run(ctx context.Context) error {
 			out.Fail("retention pass failed; retrying at the next interval", err)
 		default:
 			out.Recovered("retention works again")
-			if st.Journal > 0 || st.Quarantine > 0 {
-				p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine)
+			if st.Journal > 0 || st.Quarantine > 0 || st.Replay > 0 {
+				p.log.InfoContext(ctx, "retention deleted expired rows", "journal", st.Journal, "quarantine", st.Quarantine, "replay", st.Replay)
 			}
 		}
 		if p.passDone != nil {
@@ -104,6 +110,7 @@ func (p *Pruner) Pass(ctx context.Context) (Stats, error) {
 	}{
 		{p.cfg.Journal, journal.PruneJournal, &st.Journal},
 		{p.cfg.Quarantine, journal.PruneQuarantine, &st.Quarantine},
+		{p.cfg.Replay, journal.PruneReplayRuns, &st.Replay},
 	} {
 		if job.keep <= 0 {
 			continue

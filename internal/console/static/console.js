@@ -727,6 +727,198 @@
     }).catch(e => fail(e, $('#wm-summary')));
   }
 
+  // ---------- replay runs ----------
+  const ZERO_TIME = '0001-01-01T00:00:00Z';
+  // selectionText summarizes a run's stored selection (journal.Selection as JSON).
+  function selectionText(r) {
+    const sel = r.Selection || {};
+    const parts = [];
+    if (sel.EventType) parts.push('type ' + sel.EventType);
+    parts.push((sel.Statuses && sel.Statuses.length ? sel.Statuses : ['PROCESSED', 'REJECTED']).join(', '));
+    if (sel.Since && sel.Since !== ZERO_TIME) parts.push('from ' + fmtTime(sel.Since));
+    if (sel.Until && sel.Until !== ZERO_TIME) parts.push('before ' + fmtTime(sel.Until));
+    if (sel.AggregateID) parts.push('aggregate ' + sel.AggregateID);
+    if (sel.IDs && sel.IDs.length) parts.push(sel.IDs.length + (sel.IDs.length === 1 ? ' id' : ' ids'));
+    if (!r.Tail) parts.push('no tail rule');
+    return parts.join(' · ');
+  }
+  const progressText = r => fmtNum(r.Done) + ' / ' + fmtNum(r.Events) + ' done' +
+    (r.Dead ? ', ' + fmtNum(r.Dead) + ' dead' : '') + (r.State === 'done' ? '' : ', ' + fmtNum(r.Pending) + ' pending');
+  const runBadge = st => el('span', { class: 'badge run-' + st, text: st });
+  const ACTIVE = ['running', 'paused'];
+
+  function replaysPage() {
+    const filter = $('#runs-filter');
+    const params = new URLSearchParams(location.search);
+    const runID = params.get('run') || '';
+    if (params.get('state')) filter.elements.state.value = params.get('state');
+
+    async function loadList() {
+      const q = new URLSearchParams({ limit: '50' });
+      const state = filter.elements.state.value;
+      if (state) q.set('state', state);
+      try {
+        const pg = await api('/admin/replays?' + q.toString());
+        $('#runs tbody').replaceChildren(...pg.items.map(r => el('tr', { 'data-run': r.ID },
+          el('td', {}, el('a', { href: prefix + '/replays?run=' + r.ID, class: 'run-link' }, el('code', { text: r.ID.slice(0, 8) }))),
+          el('td', {}, runBadge(r.State)),
+          el('td', { text: r.Reason || '—' }),
+          el('td', { text: r.StartedBy || '—' }),
+          el('td', { text: fmtTime(r.CreatedAt) }),
+          el('td', { text: selectionText(r) }),
+          el('td', { class: 'progress', text: progressText(r) }),
+          el('td', { class: 'num', text: r.State === 'planned' ? '—' : (r.Rate ? String(r.Rate) : 'no limit') }),
+          el('td', { text: r.State === 'planned' ? '—' : (r.Publish ? 'publish' : 'suppress') }))));
+        $('#runs-summary').textContent = pg.items.length === 0 ? 'No replay runs' + (state ? ' in this state.' : ' yet.') :
+          pg.items.length + (pg.items.length === 1 ? ' run' : ' runs') + ', newest first.';
+        body.dataset.loaded = 'true';
+      } catch (e) {
+        fail(e, $('#runs-summary'));
+      }
+    }
+
+    let timer = 0;
+    async function loadRun(focus) {
+      clearTimeout(timer);
+      let r;
+      try {
+        r = await api('/admin/replays/' + encodeURIComponent(runID));
+      } catch (e) {
+        $('#run-detail').hidden = false;
+        fail(e, $('#run-result'));
+        return;
+      }
+      showRun(r);
+      if (focus) $('#run-h').focus();
+      // A running run's progress refreshes every 2 s, while the tab is visible.
+      if (r.State === 'running') timer = setTimeout(() => loadRun(false), document.hidden ? 10000 : 2000);
+    }
+
+    function showRun(r) {
+      $('#run-detail').hidden = false;
+      $('#run-detail').dataset.state = r.State;
+      $('#run-h').textContent = 'Run ' + r.ID;
+      const dl = $('#run-meta');
+      dl.replaceChildren();
+      const row = (k, v, id) => dl.append(el('dt', { text: k }), el('dd', { id, text: v }));
+      dl.append(el('dt', { text: 'State' }), el('dd', { id: 'run-state' }, runBadge(r.State)));
+      row('Selection', selectionText(r));
+      row('Events', fmtNum(r.Events), 'run-events');
+      row('Selected', fmtNum(r.Selected), 'run-selected');
+      row('Added by the tail rule', fmtNum(r.AddedByTail), 'run-tail');
+      row('Aggregates', fmtNum(r.Aggregates), 'run-aggregates');
+      row('Progress', progressText(r), 'run-progress');
+      row('Attempts made', fmtNum(r.Attempted), 'run-attempted');
+      row('Reason', r.Reason || '—', 'run-reason');
+      row('Started by', r.StartedBy || '—', 'run-by');
+      row('Rate', r.State === 'planned' ? '—' : (r.Rate ? r.Rate + ' events per second' : 'no limit'), 'run-rate');
+      row('Messages', r.State === 'planned' ? '—' : (r.Publish ? 'published' : 'suppressed'), 'run-publish');
+      row('Created', fmtTime(r.CreatedAt) + ' UTC');
+      row('Started', r.StartedAt ? fmtTime(r.StartedAt) + ' UTC' : '—');
+      row('Ended', r.FinishedAt ? fmtTime(r.FinishedAt) + ' UTC' : '—');
+      const types = Object.keys(r.Types || {}).sort();
+      $('#run-types tbody').replaceChildren(...types.map(t => el('tr', {}, el('td', {}, el('code', { text: t })),
+        el('td', { class: 'num', 'data-type': t, text: fmtNum(r.Types[t]) }))));
+      $('#run-pause').hidden = r.State !== 'running';
+      $('#run-resume').hidden = r.State !== 'paused';
+      $('#run-cancel').hidden = !(r.State === 'planned' || ACTIVE.includes(r.State));
+      $('#start-form').hidden = r.State !== 'planned';
+    }
+
+    async function act(action, json) {
+      const out = $('#run-result');
+      out.textContent = '';
+      try {
+        const r = await api('/admin/replays/' + encodeURIComponent(runID) + '/' + action, { json: json || {} });
+        showRun(r);
+        out.replaceChildren(el('p', { id: 'run-done', text: 'Run ' + r.State + '.' }));
+        loadList();
+        if (r.State === 'running') loadRun(false);
+        return r;
+      } catch (e) {
+        fail(e, out);
+        return null;
+      }
+    }
+
+    if (runID) {
+      $('#run-pause').addEventListener('click', () => act('pause'));
+      $('#run-resume').addEventListener('click', () => act('resume'));
+      $('#run-cancel').addEventListener('click', () => {
+        confirmBox($('#run-result'), 'Cancel this run? Events not replayed yet stay as they are, and the run\'s aggregates are released: their live events flow again. A cancelled run cannot be resumed.',
+          'Cancel run', true, async () => { await act('cancel'); });
+      });
+      const start = $('#start-form');
+      start.addEventListener('submit', async e => {
+        e.preventDefault();
+        const out = $('#start-result');
+        const reason = start.elements.reason.value.trim();
+        const rateText = start.elements.rate.value.trim();
+        const rate = rateText === '' ? 0 : Number(rateText);
+        if (!reason) {
+          out.textContent = 'Give a reason: it is recorded with the run, with who started it.';
+          start.elements.reason.focus();
+          return;
+        }
+        if (!/^\d+(\.\d+)?$/.test(rateText || '0') || !Number.isFinite(rate) || rate < 0) {
+          out.textContent = 'The rate is a number of events per second, 0 or more (0: no limit).';
+          start.elements.rate.focus();
+          return;
+        }
+        out.textContent = 'Starting…';
+        try {
+          const r = await api('/admin/replays/' + encodeURIComponent(runID) + '/start',
+            { json: { reason, rate, publish: start.elements.publish.value === 'true' } });
+          out.replaceChildren(el('p', { id: 'start-done', text: 'Started: ' + fmtNum(r.Events) + ' events at ' + (rate ? rate + ' per second' : 'no rate limit') + '.' }));
+          showRun(r);
+          loadList();
+          loadRun(false);
+        } catch (err) {
+          fail(err, out);
+        }
+      });
+      loadRun(true);
+    }
+
+    const plan = $('#plan-form');
+    plan.addEventListener('submit', async e => {
+      e.preventDefault();
+      const out = $('#plan-result');
+      const fd = new FormData(plan);
+      const sel = {};
+      const type = String(fd.get('type') || '').trim();
+      if (type) sel.type = type;
+      const st = fd.getAll('statuses');
+      if (!st.length) {
+        out.textContent = 'Choose PROCESSED, REJECTED or both: FAILED and DEAD events have retry.';
+        return;
+      }
+      sel.statuses = st;
+      for (const n of ['since', 'until']) { const v = localInput(fd.get(n)); if (v) sel[n] = v; }
+      const agg = String(fd.get('aggregate') || '').trim();
+      if (agg) sel.aggregate = agg;
+      const ids = String(fd.get('ids') || '').split(/[\s,]+/).filter(Boolean);
+      if (ids.length) sel.ids = ids;
+      if (fd.get('no_tail')) sel.no_tail = true;
+      if (!sel.type && !sel.since && !sel.until && !sel.aggregate && !sel.ids) {
+        out.textContent = 'Give at least one of event type, time received, aggregate or ids: a plan of every settled event is rarely what you want.';
+        return;
+      }
+      out.textContent = 'Planning…';
+      try {
+        const r = await api('/admin/replays', { json: sel });
+        out.replaceChildren(el('p', { id: 'plan-done', text: 'Planned ' + fmtNum(r.Events) + ' events (' + fmtNum(r.Selected) + ' selected, ' +
+          fmtNum(r.AddedByTail) + ' added by the tail rule) over ' + fmtNum(r.Aggregates) + ' aggregates. Nothing runs until you start it. ' }),
+        el('p', {}, el('a', { id: 'plan-open', href: prefix + '/replays?run=' + r.ID, text: 'Read the plan and start it' })));
+        loadList();
+      } catch (err) {
+        fail(err, out);
+      }
+    });
+    filter.addEventListener('submit', e => { e.preventDefault(); loadList(); });
+    loadList();
+  }
+
   // ---------- sign in ----------
   function loginPage() {
     const form = $('#login');
@@ -759,7 +951,7 @@
   }
 
   header();
-  const pagesByName = { overview, journal: journalPage, event: eventPage, failures: failuresPage, quarantine: quarantinePage, feed: feedPage, login: loginPage };
+  const pagesByName = { overview, journal: journalPage, event: eventPage, failures: failuresPage, quarantine: quarantinePage, replays: replaysPage, feed: feedPage, login: loginPage };
   const run = pagesByName[body.dataset.page];
   if (run) run();
 })();
