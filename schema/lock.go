@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,8 +230,11 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	holder := hex.EncodeToString(b)
+	// lastTake is when the latest take whose reply never came can have ended in the
+	// server, at the latest: the release deletes again after it (releaseLease).
+	var lastTake time.Time
 	defer func() {
-		if rerr := releaseLease(ctx, conn, holder, third); rerr != nil && err == nil {
+		if rerr := releaseLease(ctx, conn, holder, third, lastTake); rerr != nil && err == nil {
 			err = rerr
 		}
 	}()
@@ -238,12 +242,20 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 	for {
 		sent := time.Now()
 		err := conn.do(ctx, third, func(ctx context.Context, c *pgx.Conn) error {
+			// The server ends the take by then too, so that a take whose client gave up
+			// cannot commit after the release (see releaseLease).
+			if _, err := c.Exec(ctx, "SET statement_timeout = "+strconv.FormatInt(third.Milliseconds(), 10)); err != nil {
+				return err
+			}
 			var got string
 			return c.QueryRow(ctx, takeLeaseSQL, holder, lc.ttl).Scan(&got)
 		})
 		if err == nil {
 			renewed.Store(sent.UnixNano())
 			break
+		}
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			lastTake = sent.Add(third)
 		}
 		timedOut := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 		if !errors.Is(err, pgx.ErrNoRows) && !collided(err) && !timedOut {
@@ -338,21 +350,34 @@ func withLease(ctx context.Context, lc leaseConfig, fn func(context.Context, str
 
 // releaseLease deletes holder's lease (nothing if holder is ""), bounded, even after
 // ctx ended; a conflict is tried again.
-func releaseLease(ctx context.Context, conn *leaseConn, holder string, timeout time.Duration) error {
+func releaseLease(ctx context.Context, conn *leaseConn, holder string, timeout time.Duration, lastTake time.Time) error {
 	if holder == "" {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*timeout)
 	defer cancel()
-	for {
-		_, err := conn.exec(rctx, timeout, releaseLeaseSQL, holder)
-		if err == nil {
-			return nil
-		}
-		if !collided(err) || rctx.Err() != nil {
-			return fmt.Errorf("releasing the migration lease: %w", err)
+	release := func() error {
+		for {
+			_, err := conn.exec(rctx, timeout, releaseLeaseSQL, holder)
+			if err == nil {
+				return nil
+			}
+			if !collided(err) || rctx.Err() != nil {
+				return fmt.Errorf("releasing the migration lease: %w", err)
+			}
 		}
 	}
+	if err := release(); err != nil || lastTake.IsZero() {
+		return err
+	}
+	// A take whose reply never came may still be running in the server, waiting for a
+	// row lock, and commit after the delete above: PostgreSQL notices a client that is
+	// gone only when it writes to it. Its statement_timeout ends it by lastTake; delete
+	// again once that has passed.
+	if err := sleep(rctx, time.Until(lastTake)+timeout/4); err != nil {
+		return fmt.Errorf("releasing the migration lease after a lost take: %w", err)
+	}
+	return release()
 }
 
 // collided reports whether err is another session creating the same object at the same

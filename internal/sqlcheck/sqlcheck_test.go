@@ -45,7 +45,12 @@ var runtimeSites = map[string]func() []journal.Statement{
 	// The benchmark's scratch databases exist on PostgreSQL only (it measures against
 	// the local PostgreSQL); DROP DATABASE … WITH (FORCE) is PostgreSQL syntax.
 	"internal/bench/newDB": nil,
-	"internal/bench/drop":  nil,
+	// The shadow row's table checksums: the bench measures against PostgreSQL only
+	// (r::TEXT of a whole row is PostgreSQL's).
+	"internal/bench/tableChecksums": nil,
+	// A take's statement timeout, before the take itself.
+	"schema/withLease":    one("takeTimeout", "SET statement_timeout = 10000"),
+	"internal/bench/drop": nil,
 }
 
 func builtPrefix(prefix string) func() []journal.Statement {
