@@ -306,8 +306,23 @@ func (e *Engine) beginBatchSQL() string {
 	if e.txOptions().IsoLevel == pgx.Serializable {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	return strings.Join(append([]string{begin}, e.timeoutStatements()...), "; ")
+	stmts := append([]string{begin}, e.timeoutStatements()...)
+	if e.cfg.Dialect != database.CockroachDB {
+		stmts = append(stmts, serializableIndexScansSQL)
+	}
+	return strings.Join(stmts, "; ")
 }
+
+// serializableIndexScansSQL turns sequential scans off for the rest of a processing
+// transaction on PostgreSQL when it runs SERIALIZABLE (a database whose
+// default_transaction_isolation says so), and does nothing under READ COMMITTED. A
+// sequential scan takes a predicate lock on the whole table
+// (https://www.postgresql.org/docs/15/transaction-iso.html#XACT-SERIALIZABLE), and the
+// planner chooses one for the claim's key lookups while the journal is small: every
+// processing transaction then read all of the journal for SSI, any other batch's settle
+// conflicted with it, and a long batch was cancelled at its own settle, as a pivot, each
+// time a short one committed beside it.
+const serializableIndexScansSQL = `SELECT set_config('enable_seqscan', 'off', true) WHERE current_setting('transaction_isolation') = 'serializable'`
 
 // setTimeouts runs timeoutStatements in tx: for a transaction crdb's ExecuteTx begins,
 // after its restart savepoint, whose rollback would undo them, on every try.
