@@ -94,3 +94,43 @@ func TestSerializableBatchReadsTheJournalByKey(t *testing.T) {
 		})
 	}
 }
+
+// A batch that keeps conflicting runs again with half as many events as it claimed, not
+// half its size limit: 8 events under the default limit of 100 used to run whole on
+// every try until the halved limit reached 8, four tries, each running every handler
+// before the conflict.
+func TestConflictsHalveTheClaimedBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	e, fx, _ := newEngine(t, db, process.Config{Concurrency: 1})
+	const n = 8
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		s := pt.Spec{Aggregate: fmt.Sprintf("agg-%d", i)}
+		if i == n-1 {
+			s.Conflicts = 4 // the last in sequence order: every try runs the others first
+		}
+		payloads[i] = pt.Payload(s)
+	}
+	ids := pt.Ingest(t, db.Pool, payloads...)
+	items := make([]process.Item, n)
+	for i, id := range ids {
+		items[i] = process.Item{ID: id, AggregateID: fmt.Sprintf("agg-%d", i)}
+	}
+	outs, err := e.ProcessBatch(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range outs {
+		if o != process.OutcomeProcessed {
+			t.Errorf("event %d: %s", i, o)
+		}
+	}
+	pt.Check(t, db.Pool)
+	// Tries: 8 and 8 conflict; then 4 (commit), 4 (conflict), 2 (commit), 2 (conflict),
+	// 1 and 1. The first event ran in the two whole tries and the one that committed it.
+	if got := fx.Calls(ids[0]); got != 3 {
+		t.Errorf("the first event's handler ran %d times, want 3 (two whole tries, then half of the 8 claimed)", got)
+	}
+}
