@@ -28,8 +28,8 @@ func TestChainMovesEveryAggregate(t *testing.T) {
 	}{
 		{name: "more aggregates than BatchSize", cfg: process.Config{BatchSize: 2}, aggregates: 5, events: 3},
 		{name: "no-op redelivery, more aggregates than BatchSize", cfg: process.Config{BatchSize: 2}, aggregates: 5, events: 3, noop: true},
-		// 5 conflicts halve the limit 100 → 50 → 25 → 12 → 6: the batch that commits
-		// takes 6 of the 8 aggregates.
+		// 5 conflicts halve the batch from the 8 it claimed: 8 → 4 → 2 → 1 → 1; the batch
+		// that commits takes 1 of the 8 aggregates, the next batches the others.
 		{name: "conflicts halve the chain's batch", cfg: process.Config{}, aggregates: 8, events: 2, conflicts: 5},
 	}
 	for _, tt := range tests {
