@@ -317,9 +317,9 @@ func (e *Engine) beginBatchSQL() string {
 		begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
 	stmts := append([]string{begin}, e.timeoutStatements()...)
-	if e.cfg.Dialect != database.CockroachDB && e.oneStatementClaim.Load() != claimKnownOne {
+	if e.cfg.Dialect != database.CockroachDB && e.isolation.Load() != isoReadCommitted {
 		// Not when the engine knows its transactions run READ COMMITTED
-		// (claimsInOneStatement): then it would only cost a statement.
+		// (readCommitted): then it would only cost a statement.
 		stmts = append(stmts, serializableIndexScansSQL)
 	}
 	return strings.Join(stmts, "; ")

@@ -53,7 +53,7 @@ func claimDelivered(ids []string) claimFunc {
 // are picked here, on the pool, before the batch's transaction begins (see
 // journal.PickHeads), and locked in it; batch calls this again before every try.
 func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, aggregates []string) claimFunc {
-	if aggregates == nil && e.claimsInOneStatement(ctx) {
+	if aggregates == nil && e.readCommitted(ctx) {
 		return func(ctx context.Context, tx pgx.Tx) ([]journal.Head, error) {
 			return journal.ClaimDue(ctx, tx, grace, limit, handlerSavepoint)
 		}
@@ -71,18 +71,18 @@ func (e *Engine) claimDue(ctx context.Context, grace time.Duration, limit int, a
 	}
 }
 
-// claimsInOneStatement tells whether a sweep's claim can pick and lock in one statement
-// (journal.ClaimDue): on PostgreSQL, when processing transactions run under READ
-// COMMITTED, the session's default (txOptions). It asks the database once; until an
-// answer comes, claims pick first.
-func (e *Engine) claimsInOneStatement(ctx context.Context) bool {
+// readCommitted tells whether processing transactions run under READ COMMITTED on
+// PostgreSQL, the session's default there (txOptions): then a sweep's claim picks and
+// locks in one statement (journal.ClaimDue), and BEGIN needs no guard for SERIALIZABLE
+// (beginBatchSQL). It asks the database once; until an answer comes, it says no.
+func (e *Engine) readCommitted(ctx context.Context) bool {
 	if e.cfg.Dialect == database.CockroachDB {
 		return false
 	}
-	switch e.oneStatementClaim.Load() {
-	case claimKnownOne:
+	switch e.isolation.Load() {
+	case isoReadCommitted:
 		return true
-	case claimKnownTwo:
+	case isoOther:
 		return false
 	}
 	// Not under ctx: a one-off question, not a statement of the batch (txstats).
@@ -95,15 +95,15 @@ func (e *Engine) claimsInOneStatement(ctx context.Context) bool {
 		return false
 	}
 	if iso == "read committed" {
-		e.oneStatementClaim.Store(claimKnownOne)
+		e.isolation.Store(isoReadCommitted)
 		return true
 	}
-	e.oneStatementClaim.Store(claimKnownTwo)
+	e.isolation.Store(isoOther)
 	return false
 }
 
-// The answers Engine.oneStatementClaim caches; zero is none yet.
+// The answers Engine.isolation caches; zero is none yet.
 const (
-	claimKnownOne int32 = iota + 1
-	claimKnownTwo
+	isoReadCommitted int32 = iota + 1
+	isoOther
 )

@@ -136,8 +136,8 @@ type Engine struct {
 
 	wake *waker // Kick: work was journaled
 
-	// oneStatementClaim caches claimsInOneStatement's answer (claimKnownOne, claimKnownTwo).
-	oneStatementClaim atomic.Int32
+	// isolation caches readCommitted's answer (isoReadCommitted, isoOther).
+	isolation atomic.Int32
 }
 
 // New builds an engine. m and log may be nil.
