@@ -246,3 +246,37 @@ func explainIngest(t *testing.T, pool *pgxpool.Pool, options string, args []any)
 	}
 	return lines
 }
+
+// The one-statement claim converts a payload to text, and runs the head checks'
+// subplans, only for the rows it returns: above its row locks, not below them, where
+// they ran for every head another worker held and was skipped.
+func TestClaimDueComputesAboveItsLocks(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := backlogJournal(t)
+	rows, err := pool.Query(context.Background(), "EXPLAIN (VERBOSE) "+claimDueSQL, int64(0), int64(400), int64(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	indent := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ->")) }
+	lock := -1 // the LockRows node's indentation; the lines under it are its subtree
+	found := false
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "LockRows"):
+			lock, found = indent(l), true
+			continue
+		case lock >= 0 && indent(l) <= lock:
+			lock = -1 // past the subtree (the SubPlans are listed under the top node)
+		}
+		if lock >= 0 && (strings.Contains(l, "payload)::text") || strings.Contains(l, "SubPlan")) {
+			t.Errorf("computed below the row locks: %s\n%s", strings.TrimSpace(l), strings.Join(lines, "\n"))
+		}
+	}
+	if !found {
+		t.Fatalf("no LockRows in the plan:\n%s", strings.Join(lines, "\n"))
+	}
+}
