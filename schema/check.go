@@ -93,6 +93,11 @@ func Check(ctx context.Context, db database.DB) error {
 	if err != nil {
 		return err
 	}
+	return check(ctx, db, ms)
+}
+
+// check is Check against the migrations ms.
+func check(ctx context.Context, db database.DB, ms []Migration) error {
 	rows, err := readApplied(ctx, db)
 	if err != nil {
 		return err

@@ -45,3 +45,12 @@ func CheckNone() error {
 	}
 	return compare(ms, nil)
 }
+
+// MigrateList is MigrateWith on the migrations ms instead of the embedded ones.
+var MigrateList = migrateList
+
+// ParseRequires reads a "-- inboxd:requires" line.
+func ParseRequires(line string) (*Requirement, error) {
+	r, _, err := parseRequires(line)
+	return r, err
+}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +49,40 @@ type Migration struct {
 	// recorded in schema_migrations, so that a release that finds migrations it does not
 	// know can tell whether they only expanded what it knows (Check).
 	ServesFrom int
+	// Requires is set by a "-- inboxd:requires RELEASE VERSION TABLE" line: the
+	// migration may run only on a database that had migration VERSION (RELEASE's last)
+	// before this run, or whose TABLE is empty, or when forced (Options.Force). A
+	// contracting migration uses it when its backfill trusts what RELEASE wrote beside
+	// the old shape: skipping RELEASE would lose what the release before it wrote
+	// meanwhile.
+	Requires *Requirement
+}
+
+// Requirement is a migration's "-- inboxd:requires" line (Migration.Requires).
+type Requirement struct {
+	Release string // the release to run everywhere first, "vX.Y.Z"
+	Version int    // that release's last migration
+	Table   string // a table whose emptiness waives the requirement: nothing to lose
+}
+
+// requiresRE is the requires directive: a release, its last migration, a table.
+var requiresRE = regexp.MustCompile(`^-- inboxd:requires (v\d+\.\d+\.\d+) (\d+) ([a-z_][a-z0-9_]*)$`)
+
+// parseRequires reads a requires directive; ok is false for any other line.
+func parseRequires(line string) (r *Requirement, ok bool, err error) {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, requiresDirective) {
+		return nil, false, nil
+	}
+	m := requiresRE.FindStringSubmatch(line)
+	if m == nil {
+		return nil, true, fmt.Errorf("directive %q: want %q", line, requiresDirective+" vX.Y.Z LAST-MIGRATION TABLE")
+	}
+	v, err := strconv.Atoi(m[2])
+	if err != nil {
+		return nil, true, fmt.Errorf("directive %q: %w", line, err)
+	}
+	return &Requirement{Release: m[1], Version: v, Table: m[3]}, true, nil
 }
 
 // ExpandOnlyFrom is the first migration under the expand-only rule: from it on,
@@ -73,13 +108,20 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading migration %q: %w", name, err)
 		}
-		contracts := v < ExpandOnlyFrom
+		m := Migration{Version: v, Name: name, SQL: string(body), Contracts: v < ExpandOnlyFrom}
 		for _, line := range strings.Split(string(body), "\n") {
 			if strings.TrimSpace(line) == contractDirective {
-				contracts = true
+				m.Contracts = true
+			}
+			r, ok, err := parseRequires(line)
+			if err != nil {
+				return nil, fmt.Errorf("migration %q: %w", name, err)
+			}
+			if ok {
+				m.Requires = r
 			}
 		}
-		out = append(out, Migration{Version: v, Name: name, SQL: string(body), Contracts: contracts})
+		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := range out {
@@ -104,20 +146,44 @@ func Migrations() ([]Migration, error) {
 //
 // It needs the owner's rights (DDL); a runtime role without them runs Check instead.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, also ...func(context.Context, database.DB) error) ([]string, error) {
+	return MigrateWith(ctx, pool, Options{Also: also})
+}
+
+// Options shape MigrateWith.
+type Options struct {
+	// Also are the caller's own schema steps, run under the migration lock after the
+	// migrations (the demo's table).
+	Also []func(context.Context, database.DB) error
+	// Force applies a migration whose requirement (Migration.Requires) is not met. Only
+	// for a database no instance of an older release writes to any more.
+	Force bool
+}
+
+// MigrateWith is Migrate with options.
+func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts Options) ([]string, error) {
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	return migrateList(ctx, pool, ms, opts)
+}
+
+// migrateList is MigrateWith on the migrations ms.
+func migrateList(ctx context.Context, pool *pgxpool.Pool, ms []Migration, opts Options) ([]string, error) {
 	var done []string
 	err := withLock(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn, holder string) error {
 		var err error
-		if done, err = migrateLocked(ctx, conn, holder); err != nil {
+		if done, err = migrateLocked(ctx, conn, holder, ms, opts.Force); err != nil {
 			return err
 		}
-		for _, step := range also {
+		for _, step := range opts.Also {
 			if err := step(ctx, conn); err != nil {
 				return err
 			}
 		}
 		// The one check of every path (Check): migrating skips the migrations this
 		// release does not know, which a newer release may have recorded.
-		return Check(ctx, conn)
+		return check(ctx, conn, ms)
 	})
 	return done, err
 }
@@ -132,11 +198,7 @@ func (m Migration) Retired() bool {
 // migrateLocked applies the migrations not yet recorded, on conn, which holds the
 // migration lock: on CockroachDB the lease of holder, which each migration's record
 // checks (recordMigration).
-func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string) ([]string, error) {
-	migrations, err := Migrations()
-	if err != nil {
-		return nil, err
-	}
+func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string, migrations []Migration, force bool) ([]string, error) {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INT         PRIMARY KEY,
 		name       TEXT        NOT NULL,
@@ -162,6 +224,13 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string) ([]st
 	for _, m := range migrations {
 		if applied[m.Version] {
 			continue
+		}
+		if m.Requires != nil && !force {
+			// applied is what the database had before this run: a release skipped now
+			// never ran beside the one before it.
+			if err := checkRequirement(ctx, pool, m, len(recorded) > 0, applied); err != nil {
+				return done, err
+			}
 		}
 		// Statements run one by one: CockroachDB does not allow schema changes of a table
 		// created in the same implicit transaction to be mixed freely with other statements.
@@ -240,6 +309,52 @@ func recordMigration(ctx context.Context, db database.DB, m Migration, holder st
 // contractDirective marks a contracting migration (Migration.Contracts).
 const contractDirective = "-- inboxd:contract"
 
+// requiresDirective starts a migration's requirement (Migration.Requires).
+const requiresDirective = "-- inboxd:requires"
+
+// ErrReleaseSkipped matches (errors.Is) Migrate's error for a migration whose
+// requirement (Migration.Requires) a database does not meet: it skipped the release
+// the migration builds on.
+var ErrReleaseSkipped = errors.New("database skipped a release this migration builds on")
+
+// SkippedReleaseError is Migrate's error for a migration whose requirement is not met.
+type SkippedReleaseError struct {
+	Migration string
+	Requires  Requirement
+}
+
+func (e *SkippedReleaseError) Error() string {
+	return fmt.Sprintf("%s: migration %s needs %s first: upgrade to %s, run it on every instance, then this release; "+
+		"or, once no instance of an older release writes to the database, migrate with -force (Options.Force)",
+		ErrReleaseSkipped, e.Migration, e.Requires.Release, e.Requires.Release)
+}
+
+// Is makes errors.Is match ErrReleaseSkipped.
+func (e *SkippedReleaseError) Is(target error) bool { return target == ErrReleaseSkipped }
+
+// checkRequirement returns a *SkippedReleaseError unless m's requirement is met: the
+// database is new (nothing was recorded before this run), had the required migration,
+// or has nothing in the requirement's table.
+func checkRequirement(ctx context.Context, db database.DB, m Migration, migratedBefore bool, applied map[int]bool) error {
+	r := m.Requires
+	if !migratedBefore || applied[r.Version] {
+		return nil
+	}
+	// The table name is an identifier (requiresRE), not input.
+	var holds bool
+	err := db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+r.Table+")").Scan(&holds)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42P01" { // undefined_table: empty
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migration %s: reading whether %s holds rows: %w", m.Name, r.Table, err)
+	}
+	if !holds {
+		return nil
+	}
+	return &SkippedReleaseError{Migration: m.Name, Requires: *r}
+}
+
 // Dialects a statement may be limited to (see Statement.Only).
 const (
 	PostgreSQL  = "postgresql"
@@ -283,6 +398,7 @@ func Statements(sql string) ([]Statement, error) {
 			case key == "done-if" && len(val) == 5:
 				next.DoneIf = val
 			case trimmed == contractDirective: // the whole migration's (Migration.Contracts)
+			case key == "requires": // the whole migration's (Migration.Requires)
 			default:
 				return nil, fmt.Errorf("line %d: unknown directive %q", n+1, trimmed)
 			}

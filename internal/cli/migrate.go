@@ -19,7 +19,10 @@ func init() {
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
 	var grantsTo string
+	var force bool
 	cfg, _, err := parseFlags(e, "migrate", "[flags]", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&force, "force", false, "apply a migration that requires a release this database skipped (the error names it); "+
+			"only once no instance of an older release writes to the database")
 		fs.StringVar(&grantsTo, "print-grants", "", "print, without connecting, the GRANT statements a runtime role of that name needs "+
 			"(DML only; with -demo, on the customers table too) for PostgreSQL and CockroachDB, then exit")
 	})
@@ -45,7 +48,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if cfg.Demo {
 		also = append(also, registration.Migrate)
 	}
-	applied, err := schema.Migrate(ctx, pool, also...)
+	applied, err := schema.MigrateWith(ctx, pool, schema.Options{Also: also, Force: force})
 	if err != nil {
 		return err
 	}
