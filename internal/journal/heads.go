@@ -73,12 +73,23 @@ const dueHeadsSQL = `(
 // another worker held too, and made the claim cost twice what the pick and the lock
 // cost apart. The checks are in the select list, as in lockHeadsSQL, so the journal
 // is read by key.
+//
+// The due heads d are a sub-select with a LIMIT of its own ($2 in all, as pickDueSQL),
+// which PostgreSQL cannot flatten: it stays one relation, and a row the lock finds
+// changed by a transaction that committed after the statement's snapshot (a head
+// another worker settled) is rechecked (READ COMMITTED's EvalPlanQual) against d's row
+// as the statement read it. Written as the bare UNION ALL, d was flattened into its two
+// branches, which have no row of their own to recheck against: each such recheck ran
+// the head scans again (about 800 buffers at 400 heads; e2e-max's claims took up to
+// 590 ms), and then dropped the row it had just locked.
+// https://www.postgresql.org/docs/15/transaction-iso.html#XACT-READ-COMMITTED
 var claimDueSQL = `
 		SELECT ` + headColumns + `, false, ` + claimableSQL("$1") + `
 		FROM (
 			SELECT j.id, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload, j.status,
 			       j.attempts, j.next_attempt_at, j.trace_context
-			FROM ` + dueHeadsSQL + ` AS d
+			FROM (SELECT x.head_id, x.due_at FROM ` + dueHeadsSQL + ` AS x
+			      ORDER BY x.due_at LIMIT $2::INT8) AS d
 			JOIN journal AS j ON j.id = d.head_id
 			ORDER BY d.due_at LIMIT $3::INT8
 			FOR UPDATE OF j SKIP LOCKED) AS j`
