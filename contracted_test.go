@@ -212,10 +212,10 @@ func testContracted(t *testing.T, inFlight bool) {
 	runs := func() float64 { return gathered(t, reg, "inboxd_sweeper_runs_total") }
 	before := runs()
 	time.Sleep(3 * time.Second) // a window to count tries in (not a wait for an outcome)
-	n := runs() - before
-	t.Logf("%.0f processing tries in 3 s with the schema contracted", n)
-	if n > 10 {
-		t.Errorf("%.0f processing tries in 3 s with the schema contracted (sweep interval %s), want a backoff", n, cfg.SweepInterval)
+	tries := runs() - before
+	t.Logf("%.0f processing tries in 3 s with the schema contracted", tries)
+	if tries > 10 {
+		t.Errorf("%.0f processing tries in 3 s with the schema contracted (sweep interval %s), want a backoff", tries, cfg.SweepInterval)
 	}
 	stop()
 
