@@ -199,6 +199,18 @@ func testContracted(t *testing.T, inFlight bool) {
 		code, body := readyz()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "contracted")
 	})
+	// The API answers what it cannot do any more with the reason, not an error a request.
+	for _, path := range []string{"/journal/stats"} {
+		resp, err := http.Get("http://" + cfg.HTTPAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "contracted") {
+			t.Errorf("GET %s = %d %s, want 503 saying the schema was contracted", path, resp.StatusCode, b)
+		}
+	}
 	errorLines := func() (n int, about string) {
 		for _, l := range readLog(t, &logs) {
 			if l.Level == "ERROR" {
