@@ -213,6 +213,7 @@ func (c assembly) run(ctx context.Context) error {
 	if dialect.RowTTL() {
 		rcfg = retention.Config{Replay: keep.Journal}
 	}
+	rcfg.Contraction = contraction
 	if pruner := retention.New(c.pool, rcfg, log.With("component", "retention")); pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}
