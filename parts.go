@@ -127,8 +127,11 @@ func (c assembly) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A newer release contracting the schema under this one is logged once for the
+	// instance, whichever part finds it, and makes /readyz say so.
+	contraction := &journal.Contraction{Log: log.With("component", "schema")}
 	ic := parts.ingest
-	ic.Logger, ic.Metrics = log.With("component", "ingest"), c.m
+	ic.Logger, ic.Metrics, ic.Contraction = log.With("component", "ingest"), c.m, contraction
 	ic.OnCommit = func(int) { kick() }
 	ic.StopTimeout = intakeBudget
 	sub, err := ingest.New(ic, c.pool)
@@ -137,7 +140,7 @@ func (c assembly) run(ctx context.Context) error {
 	}
 
 	pc := parts.process
-	pc.Dialect = dialect
+	pc.Dialect, pc.Contraction = dialect, contraction
 	engine := process.New(c.pool, c.reg, pc, c.m, log.With("component", "process"))
 	sc := parts.sweeper
 	sc.StopTimeout = workBudget
@@ -151,7 +154,8 @@ func (c assembly) run(ctx context.Context) error {
 	}
 
 	mon := health.New(health.Config{DB: c.pool, Metrics: c.m, Ingest: sub.Health, StallAfter: cfg.StallAfter,
-		Grace: cfg.SweepGrace, Feed: dialect.Changefeed() && !cfg.DisableWebhook, Log: log.With("component", "health")})
+		Grace: cfg.SweepGrace, Feed: dialect.Changefeed() && !cfg.DisableWebhook, Contraction: contraction,
+		Log: log.With("component", "health")})
 	var apiSrv *api.Server
 	if !cfg.DisableHTTP {
 		if apiSrv, err = c.newAPI(ctx, cfg, dialect, stompCfg, publisher, sub, mon, servingBudget); err != nil {
@@ -209,6 +213,7 @@ func (c assembly) run(ctx context.Context) error {
 	if dialect.RowTTL() {
 		rcfg = retention.Config{Replay: keep.Journal}
 	}
+	rcfg.Contraction = contraction
 	if pruner := retention.New(c.pool, rcfg, log.With("component", "retention")); pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
 	}

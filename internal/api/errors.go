@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/inboxd/inboxd/internal/httpsec"
+	"github.com/inboxd/inboxd/internal/journal"
 )
 
 // Error is the body of every error response.
@@ -71,6 +72,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	default:
 		he = &httpError{status: http.StatusInternalServerError, msg: "internal error", cause: err}
+	}
+	if he.status >= 500 && journal.IsSchemaContracted(he.cause) {
+		// A newer release contracted the schema under this one: the request cannot work
+		// here again, and the instance logged it once, at ERROR (journal.Contraction),
+		// so the request is not logged as an error of its own.
+		s.log.Debug("request failed: schema contracted", "err", he.cause, "route", c.Path(), "request_id", RequestID(c))
+		he = &httpError{status: http.StatusServiceUnavailable, msg: journal.ErrSchemaContracted.Error()}
 	}
 	if he.status >= 500 && he.cause != nil {
 		if errors.Is(he.cause, context.Canceled) {

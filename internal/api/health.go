@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/logx"
 )
 
@@ -53,6 +54,13 @@ func (s *Server) readyz(c echo.Context) error {
 			err := ch.Check(ctx)
 			mu.Lock()
 			defer mu.Unlock()
+			if err != nil && journal.IsSchemaContracted(err) {
+				// Says what to do, and names nothing secret; logged once, at ERROR, where
+				// it was found (journal.Contraction).
+				results[ch.Name] = "failed: " + journal.ErrSchemaContracted.Error()
+				failed = append(failed, ch.Name)
+				return
+			}
 			if err != nil {
 				// Unauthenticated endpoint: the cause (hosts, users) goes to the log only.
 				results[ch.Name] = "failed"

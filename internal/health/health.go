@@ -30,6 +30,7 @@ type Monitor struct {
 	stallAfter time.Duration
 	grace      time.Duration // a RECEIVED event's wait for the feed, before the sweeper takes it
 	feed       bool          // a changefeed delivers (CockroachDB): its watermark must advance
+	contracted *journal.Contraction
 	log        *slog.Logger
 
 	mu           sync.Mutex
@@ -50,13 +51,16 @@ type Config struct {
 	Grace time.Duration
 	// Feed: a changefeed delivers (CockroachDB), so its watermark must advance.
 	Feed bool
-	Log  *slog.Logger
+	// Contraction, once reported, is why processing is not ready: a newer release
+	// contracted the schema under this one. Logged where it was reported, not here.
+	Contraction *journal.Contraction
+	Log         *slog.Logger
 }
 
 // New returns a monitor; Run it.
 func New(c Config) *Monitor {
 	return &Monitor{db: c.DB, m: c.Metrics, ingest: c.Ingest, stallAfter: c.StallAfter, grace: c.Grace, feed: c.Feed,
-		log: c.Log, errs: map[string]error{}, lastProgress: time.Now()}
+		contracted: c.Contraction, log: c.Log, errs: map[string]error{}, lastProgress: time.Now()}
 }
 
 // Run checks every second until ctx ends.
@@ -87,6 +91,8 @@ func (mo *Monitor) check(ctx context.Context) {
 	// Work the sweeper should have taken stallAfter ago, and nothing processed here since.
 	waited, err := journal.OldestWaiting(qctx, mo.db, mo.grace+mo.stallAfter)
 	switch {
+	case mo.contracted.Err() != nil:
+		found["processing"] = mo.contracted.Err()
 	case err != nil:
 		found["processing"] = err
 	case waited > 0 && now.Sub(mo.lastProgress) > mo.stallAfter:
@@ -117,6 +123,8 @@ func (mo *Monitor) check(ctx context.Context) {
 	for _, name := range []string{"ingest", "processing", "feed"} {
 		was, is := mo.errs[name], found[name]
 		switch {
+		case was == nil && is != nil && journal.IsSchemaContracted(is):
+			// Logged once, at ERROR, where it was found (journal.Contraction).
 		case was == nil && is != nil:
 			mo.log.Warn("stuck: no progress while work waits, or failing", "component", name, "err", is)
 		case was != nil && is == nil:

@@ -124,6 +124,11 @@ type Config struct {
 	// TracerProvider makes the batch spans; nil means otel's global provider.
 	TracerProvider trace.TracerProvider
 
+	// Contraction is where a journal write that finds the schema contracted by a newer
+	// release is reported (logged once per instance); nil: ingest classifies it alone,
+	// and logs it as a database outage.
+	Contraction *journal.Contraction
+
 	// OnCommit, when set, is called after each batch commit that journaled new entries,
 	// with their number: processing's push (process.Engine.Kick). It must not block.
 	OnCommit func(inserted int)

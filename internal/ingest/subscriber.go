@@ -170,6 +170,7 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 	log := s.cfg.Logger.With("destination", dest)
 	st := s.dests[dest]
 	bo := backoff.Waiter{Policy: s.cfg.Backoff}
+	contracted := backoff.Waiter{Policy: journal.ContractedBackoff}
 	standby := false
 	if stompx.IsTopic(dest) && s.cfg.NonDurableTopics {
 		log.Warn("non-durable topic subscription (opted in with non-durable-topics): " +
@@ -191,6 +192,7 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 		}
 		if progressed || time.Since(started) > time.Minute {
 			bo.Reset()
+			contracted.Reset()
 		}
 		if ob, ok := errors.AsType[*errOverBudget](err); ok {
 			// At most MaxInflightBytes/largest messages prefetched: large bodies cannot
@@ -208,6 +210,18 @@ func (s *Subscriber) consume(ctx context.Context, dest string) {
 			continue
 		}
 		st.failures.Add(1)
+		if commitErr, ok := errors.AsType[*CommitError](err); ok && s.cfg.Contraction != nil && s.cfg.Contraction.Report(commitErr.Err) {
+			// A newer release contracted the schema under this one: the batch is not
+			// acked (the broker redelivers it, to an upgraded instance if one consumes),
+			// the instance logged it once, and writes are tried seldom until it is
+			// replaced, not at every redelivery.
+			st.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+			s.reconnected("db")
+			if contracted.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
 		if commitErr, ok := errors.AsType[*CommitError](err); ok {
 			st.failingSince.CompareAndSwap(0, time.Now().UnixNano())
 			dbOut.Fail("journal write failed: dropped the broker connection without acking the batch, "+

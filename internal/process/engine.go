@@ -51,6 +51,10 @@ type Config struct {
 	// default (an operator's READ COMMITTED default would silently change the guarantees),
 	// and with durable locks (see setTimeouts).
 	Dialect database.Dialect
+	// Contraction is where the workers report a schema a newer release contracted under
+	// this one (journal.IsSchemaContracted), logged once per instance; nil: one of the
+	// engine's own, on its logger.
+	Contraction *journal.Contraction
 }
 
 func (c Config) withDefaults() Config {
@@ -151,6 +155,9 @@ func New(db *pgxpool.Pool, reg *Registry, cfg Config, m *metrics.Metrics, log *s
 	}
 	if reg == nil {
 		reg = NewRegistry()
+	}
+	if cfg.Contraction == nil {
+		cfg.Contraction = &journal.Contraction{Log: log}
 	}
 	return &Engine{db: db, reg: reg, cfg: cfg, m: m, log: log, sem: make(chan struct{}, cfg.Concurrency),
 		tracer: tracing.Tracer(cfg.TracerProvider),

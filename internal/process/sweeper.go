@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxd/inboxd/internal/backoff"
 	"github.com/inboxd/inboxd/internal/defaults"
 	"github.com/inboxd/inboxd/internal/journal"
 	"github.com/inboxd/inboxd/internal/lifecycle"
@@ -97,11 +98,14 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	defer t.Stop()
 	repairOut := logx.Outage{Log: s.e.log, What: "head repair", Level: slog.LevelWarn}
 	for ctx.Err() == nil {
-		if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
-			s.e.m.Dead.Set(float64(dead))
+		// With the schema contracted these read what is gone: the workers report it.
+		if s.e.cfg.Contraction.Err() == nil {
+			if dead, err := journal.CountByStatus(ctx, s.e.db, journal.StatusDead); err == nil {
+				s.e.m.Dead.Set(float64(dead))
+			}
+			_ = s.refreshParked(ctx)
+			s.repairHeads(ctx, &repairOut)
 		}
-		_ = s.refreshParked(ctx)
-		s.repairHeads(ctx, &repairOut)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
@@ -131,6 +135,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	contracted := backoff.Waiter{Policy: journal.ContractedBackoff}
 	for ctx.Err() == nil {
 		s.e.m.SweeperRuns.Inc()
 		res, _, err := s.e.processDue(wctx, s.cfg.Grace, s.cfg.BatchSize, nil)
@@ -151,11 +156,21 @@ func (s *Sweeper) work(ctx, wctx context.Context, out *logx.Outage) {
 			case <-time.After(journal.ThrottledWait):
 			}
 			continue
+		case err != nil && s.e.cfg.Contraction.Report(err):
+			// A newer release contracted the schema: the batch rolled back (no handler
+			// commit), and nothing works again before this instance is replaced.
+			// Reported once for the instance; tried seldom, neither at the tick nor on
+			// kicks (every ingest commit kicks).
+			if contracted.Wait(ctx) != nil {
+				return
+			}
+			continue
 		case err != nil:
 			if ctx.Err() == nil {
 				out.Fail("processing failed; retrying quietly until it works again", err)
 			}
 		default:
+			contracted.Reset()
 			out.Recovered("processing works again")
 			if len(heads) == s.cfg.BatchSize {
 				s.e.wake.kickNow() // more is waiting: another worker may join
@@ -223,6 +238,7 @@ func (s *Sweeper) refreshParked(ctx context.Context) error {
 func (s *Sweeper) repairHeads(ctx context.Context, out *logx.Outage) {
 	n, err := journal.RepairStaleHeads(ctx, s.e.cfg.Dialect.TxPool(s.e.db), 4*s.cfg.BatchSize)
 	switch {
+	case err != nil && s.e.cfg.Contraction.Report(err):
 	case err != nil && ctx.Err() == nil:
 		out.Fail("repairing aggregate heads failed; trying again at the next tick", err)
 	case err == nil:

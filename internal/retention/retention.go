@@ -36,6 +36,9 @@ type Config struct {
 	Interval time.Duration // between passes; defaults.RetentionInterval when zero
 	Batch    int           // rows per DELETE; defaults.RetentionBatch when zero
 	Pause    time.Duration // between full batches; defaults.RetentionPause when zero
+	// Contraction, when set, is where a pass that finds the schema contracted by a newer
+	// release reports it (logged once per instance) instead of logging it here.
+	Contraction *journal.Contraction
 }
 
 // Pruner deletes expired rows, one bounded batch per statement.
@@ -81,6 +84,7 @@ func (p *Pruner) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return ctx.Err()
+		case err != nil && p.cfg.Contraction != nil && p.cfg.Contraction.Report(err):
 		case err != nil:
 			out.Fail("retention pass failed; retrying at the next interval", err)
 		default:
