@@ -113,8 +113,12 @@ block AS MATERIALIZED (
 	SELECT nextval('journal_sequence_no') AS first_seq
 ),
 ins AS (
-	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no, trace_context)
-	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1, i.trace_context FROM input AS i CROSS JOIN block AS b
+	-- status is its default, named so that this release's ingest fails (42703) once a
+	-- newer release has moved the state out of the journal (IsSchemaContracted): a
+	-- journal row without the newer release's state row would never be processed there.
+	-- The message stays unacked for the broker to redeliver to an upgraded instance.
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no, trace_context, status)
+	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1, i.trace_context, 'RECEIVED' FROM input AS i CROSS JOIN block AS b
 	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
 	RETURNING id

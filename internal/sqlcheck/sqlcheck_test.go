@@ -39,6 +39,8 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/feed/ApplyRetention":   feedTTL,
 	"internal/feed/RetentionInForce": feedTTL,
 	"schema/migrateLocked":           nil, // the migrations, checked as their own group
+	// Whether a required release's table holds rows: the table named by the directive.
+	"schema/checkRequirement": one("checkRequirement", "SELECT EXISTS (SELECT 1 FROM journal)"),
 	"internal/cli/ensureDatabase": func() []journal.Statement {
 		return []journal.Statement{{Name: "ensureDatabase", SQL: `CREATE DATABASE "inboxd"`}}
 	},
