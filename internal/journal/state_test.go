@@ -28,16 +28,7 @@ func noDrift(t *testing.T, db database.DB) {
 // own UPDATE of the journal stands for a write of the engine's, which mirrors it.
 func mirrorRaw(t *testing.T, db database.DB, ids ...string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `INSERT INTO journal_state (id, aggregate_id, sequence_no, status, attempts,
-		last_error, next_attempt_at, updated_at, processed_at, skipped_by, skipped_at, last_started_at, last_duration_ms)
-		SELECT id, aggregate_id, sequence_no, status, attempts, last_error, next_attempt_at, updated_at, processed_at,
-		       skipped_by, skipped_at, last_started_at, last_duration_ms
-		FROM journal WHERE id = ANY ($1::UUID[])
-		ON CONFLICT (id) DO UPDATE SET status = excluded.status, attempts = excluded.attempts,
-			last_error = excluded.last_error, next_attempt_at = excluded.next_attempt_at,
-			updated_at = excluded.updated_at, processed_at = excluded.processed_at,
-			skipped_by = excluded.skipped_by, skipped_at = excluded.skipped_at,
-			last_started_at = excluded.last_started_at, last_duration_ms = excluded.last_duration_ms`, ids); err != nil {
+	if _, err := journal.MirrorState(context.Background(), db, ids); err != nil {
 		t.Fatal(err)
 	}
 }
