@@ -52,7 +52,7 @@ func runShadow(ctx context.Context, a rowArgs, log *slog.Logger) (rowResult, err
 
 // shadowTables are the tables whose checksum the shadow row compares before and after
 // its run: inboxd's and the demo handler's.
-var shadowTables = []string{"journal", "journal_attempt", "aggregate_head", "quarantine", "outbox",
+var shadowTables = []string{"journal", "journal_attempt", "journal_state", "aggregate_head", "quarantine", "outbox",
 	"replay_run", "replay_item", "replay_hold", "customers"}
 
 // tableChecksums returns an md5 of each table's rows, in text form and sorted.

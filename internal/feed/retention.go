@@ -73,8 +73,15 @@ func RetentionStatements(r Retention) ([]string, error) {
 			return nil, err
 		}
 		out = append(out, s)
+		// The journal's mirrored state (journal_state, migration 0026) expires with its
+		// entry: the same expression over the same values, which every state write
+		// copies. On PostgreSQL journal.PruneJournal deletes both at once.
+		if s, err = BuildTTL(TTLOptions{Table: "journal_state", Retention: r.Journal, Cron: ttlCron}); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
 	} else {
-		out = append(out, ResetTTLSQL("journal"), ResetTTLSQL("journal_attempt"))
+		out = append(out, ResetTTLSQL("journal"), ResetTTLSQL("journal_attempt"), ResetTTLSQL("journal_state"))
 	}
 	if r.Quarantine > 0 {
 		s, err := BuildQuarantineTTL(r.Quarantine)
@@ -88,7 +95,8 @@ func RetentionStatements(r Retention) ([]string, error) {
 	return out, nil
 }
 
-// ApplyRetention sets row-level TTL on the journal (and its attempt history) and the
+// ApplyRetention sets row-level TTL on the journal (and its attempt history and its
+// mirrored state) and the
 // quarantine as r says, and
 // returns the statements it ran. A RESET is sent only to a table that has a TTL.
 func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, error) {

@@ -18,14 +18,16 @@ func TestRetentionStatements(t *testing.T) {
 		{"defaults", Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, []string{
 			`ALTER TABLE journal SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''2592000 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 		}},
 		{"an embedder's", Retention{Journal: 72 * time.Hour, Quarantine: 14 * 24 * time.Hour}, []string{
 			`ALTER TABLE journal SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''1209600 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 		}},
-		{"disabled", Retention{}, []string{`ALTER TABLE journal RESET (ttl)`, `ALTER TABLE journal_attempt RESET (ttl)`, `ALTER TABLE quarantine RESET (ttl)`}},
+		{"disabled", Retention{}, []string{`ALTER TABLE journal RESET (ttl)`, `ALTER TABLE journal_attempt RESET (ttl)`, `ALTER TABLE journal_state RESET (ttl)`, `ALTER TABLE quarantine RESET (ttl)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

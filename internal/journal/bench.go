@@ -24,12 +24,17 @@ func InsertOne(ctx context.Context, db database.DB, e Entry) (bool, error) {
 }
 
 // seedExpiredSQL writes n PROCESSED entries last updated age ago, for the benchmark of
-// retention; their ids are random, their tag says what they are.
+// retention; their ids are random, their tag says what they are. Seeds write the state
+// the engine would have, so they mirror it into journal_state as the engine does.
 const seedExpiredSQL = `
-INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, updated_at, processed_at)
-SELECT s.u, jsonb_build_object('id', s.u::TEXT), 'seed', 'seed', 'retention-seed', 'PROCESSED',
-       now() - $2::INT8 * INTERVAL '1 millisecond', now() - $2::INT8 * INTERVAL '1 millisecond'
-FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s`
+WITH u AS (
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, updated_at, processed_at)
+	SELECT s.u, jsonb_build_object('id', s.u::TEXT), 'seed', 'seed', 'retention-seed', 'PROCESSED',
+	       now() - $2::INT8 * INTERVAL '1 millisecond', now() - $2::INT8 * INTERVAL '1 millisecond'
+	FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, $1::INT8)) AS s
+	RETURNING ` + mirrorReturning + `
+)` + mirrorStateSQL + `
+SELECT count(*) FROM u`
 
 // SeedExpired writes n expired PROCESSED entries (the retention benchmark's backlog).
 func SeedExpired(ctx context.Context, db database.DB, n int, age time.Duration) error {
@@ -147,14 +152,19 @@ const (
 )
 
 // seedSettledSQL writes $2 PROCESSED entries numbered from $1, received and settled
-// over the last week, shaped like the demo's registration events.
+// over the last week, shaped like the demo's registration events, their state mirrored
+// into journal_state.
 const seedSettledSQL = `
-INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
-SELECT s.u, jsonb_build_object('id', s.u::TEXT, 'type', 'registration', 'aggregateId', 'settled-' || g::TEXT,
-         'jurisdiction', 'mga', 'email', 'settled-' || g::TEXT || '@example.com', 'name', 'Settled Customer ' || g::TEXT),
-       'registration', 'settled-' || g::TEXT, 'bench-settled', 'PROCESSED', 1,
-       now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second'
-FROM (SELECT g, gen_random_uuid() AS u FROM generate_series($1::INT8, $1::INT8 + $2::INT8 - 1) AS g) AS s`
+WITH u AS (
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+	SELECT s.u, jsonb_build_object('id', s.u::TEXT, 'type', 'registration', 'aggregateId', 'settled-' || g::TEXT,
+	         'jurisdiction', 'mga', 'email', 'settled-' || g::TEXT || '@example.com', 'name', 'Settled Customer ' || g::TEXT),
+	       'registration', 'settled-' || g::TEXT, 'bench-settled', 'PROCESSED', 1,
+	       now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second', now() - (g % 604800) * INTERVAL '1 second'
+	FROM (SELECT g, gen_random_uuid() AS u FROM generate_series($1::INT8, $1::INT8 + $2::INT8 - 1) AS g) AS s
+	RETURNING ` + mirrorReturning + `
+)` + mirrorStateSQL + `
+SELECT count(*) FROM u`
 
 // SeedSettled writes n settled entries (the journal-size benchmark's history), a
 // million per statement, and analyzes the journal as autovacuum would have by then.
@@ -175,9 +185,10 @@ func SeedSettled(ctx context.Context, db database.DB, n int) error {
 // seedBlockedSQL writes, for $1 aggregates, a FAILED head whose next attempt is an hour
 // ahead, and $2 RECEIVED events spread over those aggregates behind their heads: the
 // state after a downstream outage. Sequence numbers are explicit (heads first), and the
-// sequence is moved past them so that later ingest batches number after them.
+// sequence is moved past them so that later ingest batches number after them. Their
+// state is mirrored into journal_state.
 const seedBlockedSQL = `
-WITH ins AS (
+WITH u AS (
 	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, last_error, next_attempt_at, sequence_no)
 	SELECT s.u, jsonb_build_object('id', s.u::TEXT, 'type', 'registration', 'aggregateId', 'blocked-' || (n % $1::INT8)::TEXT),
 	       'registration', 'blocked-' || (n % $1::INT8)::TEXT, 'bench-blocked',
@@ -187,9 +198,9 @@ WITH ins AS (
 	       CASE WHEN n < $1::INT8 THEN now() + INTERVAL '1 hour' ELSE now() END,
 	       n + 1
 	FROM (SELECT n, gen_random_uuid() AS u FROM generate_series(0, $1::INT8 + $2::INT8 - 1) AS n) AS s
-	RETURNING 1
-)
-SELECT setval('journal_sequence_no', (SELECT count(*) FROM ins) + 1)`
+	RETURNING ` + mirrorReturning + `
+)` + mirrorStateSQL + `
+SELECT setval('journal_sequence_no', (SELECT count(*) FROM u) + 1)`
 
 // SeedBlocked writes heads FAILED heads due in an hour and blocked RECEIVED events
 // behind them (the backlog benchmark's setup), in one statement, on an empty journal,

@@ -195,12 +195,17 @@ func EditAndRetry(ctx context.Context, db database.DB, id string, req EditReques
 		if err := CheckEdit(old.Payload, req.Payload, req.MaxBytes, req.IDField); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE journal SET payload = $2::JSONB, updated_at = now()
-			WHERE id = $1::UUID AND status = 'DEAD'`, id, string(req.Payload))
+		// updated_at is journal state: mirrored into journal_state (mirrorStateSQL).
+		var n int64
+		err = tx.QueryRow(ctx, `WITH u AS (
+			UPDATE journal SET payload = $2::JSONB, updated_at = now()
+			WHERE id = $1::UUID AND status = 'DEAD'
+			RETURNING `+mirrorReturning+`)`+mirrorStateSQL+`
+			SELECT count(*) FROM u`, id, string(req.Payload)).Scan(&n)
 		if err != nil {
 			return fmt.Errorf("replacing the payload of %s: %w", id, err)
 		}
-		if tag.RowsAffected() != 1 { // cannot happen under the row lock; never record an edit that did not happen
+		if n != 1 { // cannot happen under the row lock; never record an edit that did not happen
 			r = old
 			return ErrNotEditable
 		}

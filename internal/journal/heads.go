@@ -607,9 +607,11 @@ func Skip(ctx context.Context, db database.DB, id, by string) (Record, error) {
 	var r Record
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		r, err = scanRecord(tx.QueryRow(ctx, `UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
+		r, err = scanRecord(tx.QueryRow(ctx, `WITH u AS (
+			UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
 			WHERE id = $1::UUID AND status = 'DEAD' AND skipped_at IS NULL
-			RETURNING `+recordColumns, id, by))
+			RETURNING *)`+mirrorStateSQL+`
+			SELECT `+recordColumns+` FROM u`, id, by))
 		if err != nil {
 			return err
 		}

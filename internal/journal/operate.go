@@ -26,6 +26,8 @@ import (
 // ErrNotRetryable is returned by RetryOne for an entry that is not FAILED, DEAD or REJECTED.
 var ErrNotRetryable = errors.New("entry is not FAILED, DEAD or REJECTED")
 
+// requeueSet is the requeue's SET list; each statement that uses it mirrors the state it
+// writes into journal_state (mirrorStateSQL).
 const requeueSet = `status = 'FAILED', attempts = 0, next_attempt_at = now(), updated_at = now(),
 	skipped_by = NULL, skipped_at = NULL`
 
@@ -55,9 +57,11 @@ func RetryOne(ctx context.Context, db database.DB, id string) (Record, error) {
 // requeues id if it is FAILED, DEAD or REJECTED (pgx.ErrNoRows otherwise) and moves its
 // aggregate's head in the same transaction, unparking the aggregate of a DEAD head.
 func retryInTx(ctx context.Context, tx pgx.Tx, id string) (Record, error) {
-	r, err := scanRecord(tx.QueryRow(ctx, `UPDATE journal SET `+requeueSet+`
+	r, err := scanRecord(tx.QueryRow(ctx, `WITH u AS (
+		UPDATE journal SET `+requeueSet+`
 		WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
-		RETURNING `+recordColumns, id))
+		RETURNING *)`+mirrorStateSQL+`
+		SELECT `+recordColumns+` FROM u`, id))
 	if err != nil {
 		return Record{}, err
 	}
@@ -291,13 +295,13 @@ func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (s
 				SELECT id, sequence_no FROM journal` + whereClause(conds) + fmt.Sprintf(`
 				ORDER BY sequence_no LIMIT $%d::INT8
 			),
-			upd AS (
+			u AS (
 				UPDATE journal SET `+requeueSet+`
 				WHERE id = ANY (ARRAY(SELECT id FROM picked))`+recheck+`
-				RETURNING aggregate_id
-			)
-			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd),
-			       ARRAY(SELECT DISTINCT aggregate_id FROM upd)`, n), args
+				RETURNING `+mirrorReturning+`
+			)`+mirrorStateSQL+`
+			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM u),
+			       ARRAY(SELECT DISTINCT aggregate_id FROM u)`, n), args
 }
 
 // ReinjectResult says what Reinject did.

@@ -329,11 +329,14 @@ const NoHandlerError = "no handler registered for event type"
 
 // wakeNoHandlerSQL makes due the FAILED entries of the given types whose last attempt
 // found no handler and whose next attempt is still ahead (parked, or backing off). Its
-// LIKE pattern is NoHandlerError's text.
-const wakeNoHandlerSQL = `UPDATE journal SET next_attempt_at = now(), updated_at = now()
+// LIKE pattern is NoHandlerError's text. It mirrors what it writes into journal_state.
+const wakeNoHandlerSQL = `WITH u AS (
+	UPDATE journal SET next_attempt_at = now(), updated_at = now()
 	WHERE status = 'FAILED' AND event_type = ANY($1::TEXT[]) AND next_attempt_at > now()
 	  AND last_error LIKE 'no handler registered for event type%'
-	RETURNING aggregate_id`
+	RETURNING ` + mirrorReturning + `
+)` + mirrorStateSQL + `
+SELECT aggregate_id FROM u`
 
 // WakeNoHandler makes the entries of eventTypes that failed for want of a handler due
 // now, with their aggregates' heads, for an engine that starts with handlers for them;

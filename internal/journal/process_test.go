@@ -150,6 +150,7 @@ func TestLockPendingAndTransitions(t *testing.T) {
 	if _, found, _ := journal.LockPending(ctx, db.Pool, ids[1]); found {
 		t.Error("PROCESSED entry is still pending")
 	}
+	noDrift(t, db.Pool)
 }
 
 func TestRowsAsJSON(t *testing.T) {

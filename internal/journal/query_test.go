@@ -43,6 +43,7 @@ func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...strin
 	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
 		t.Fatal(err)
 	}
+	mirrorRaw(t, db, ids...)
 }
 
 func TestListFilters(t *testing.T) {
@@ -217,6 +218,7 @@ func TestRetryOne(t *testing.T) {
 	if _, err := journal.RetryOne(ctx, db.Pool, "00000000-0000-4000-8000-999999999999"); !errors.Is(err, journal.ErrNotFound) {
 		t.Errorf("missing entry: %v", err)
 	}
+	noDrift(t, db.Pool)
 }
 
 func TestRequeue(t *testing.T) {
@@ -263,6 +265,7 @@ func TestRequeue(t *testing.T) {
 	if failed != (n+1)/2 || zeroAttempts != (n+1)/2 {
 		t.Errorf("after replay: %d FAILED, %d due with 0 attempts; want %d", failed, zeroAttempts, (n+1)/2)
 	}
+	noDrift(t, db.Pool)
 }
 
 // TestRequeueScopes: a requeue walks each status (retry) or each event type (replay
@@ -305,6 +308,7 @@ func TestRequeueScopes(t *testing.T) {
 		setStatus(t, db.Pool, journal.StatusDead, regs[:n-2]...)
 		setStatus(t, db.Pool, journal.StatusRejected, pays...)
 	}
+	noDrift(t, db.Pool)
 }
 
 func TestReinject(t *testing.T) {

@@ -21,7 +21,9 @@ import (
 // leaves rows an operator or the engine holds; the outer status check is repeated in
 // case a row changed status between the two reads.
 // The entries' attempt history (journal_attempt) goes with them, in the same statement,
-// through its key (journal_id first).
+// through its key (journal_id first), and so does their mirrored state (journal_state,
+// by its key); gone_state is left out of the final SELECT, and runs all the same (see
+// state.go).
 const pruneJournalSQL = `
 WITH gone AS (
 	DELETE FROM journal
@@ -34,7 +36,9 @@ WITH gone AS (
 	  AND status IN ('PROCESSED', 'REJECTED')
 	RETURNING id),
 history AS (
-	DELETE FROM journal_attempt WHERE journal_id IN (SELECT id FROM gone) RETURNING 1)
+	DELETE FROM journal_attempt WHERE journal_id IN (SELECT id FROM gone) RETURNING 1),
+gone_state AS (
+	DELETE FROM journal_state WHERE id IN (SELECT id FROM gone) RETURNING 1)
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM history)`
 
 // pruneQuarantineSQL deletes quarantine rows received more than $1 ms ago.

@@ -90,6 +90,7 @@ func TestPrune(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	mirrorRaw(t, db.Pool, ids...)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO quarantine (id, reason, destination, body, received_at) VALUES
 		('00000000-0000-4000-8000-000000000001', 'not_json', '/q', 'x', now() - INTERVAL '2 hours'),
 		('00000000-0000-4000-8000-000000000002', 'not_json', '/q', 'y', now())`); err != nil {
@@ -124,6 +125,7 @@ func TestPrune(t *testing.T) {
 	if got := count(t, db.Pool, `SELECT count(*) FROM quarantine`); got != 1 {
 		t.Errorf("quarantine holds %d rows, want the recent one", got)
 	}
+	noDrift(t, db.Pool)
 }
 
 // The pruner's statement must use the partial index, not scan the journal.
@@ -209,6 +211,7 @@ func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET updated_at = now() - INTERVAL '2 hours' WHERE id = $1`, old); err != nil {
 		t.Fatal(err)
 	}
+	mirrorRaw(t, db.Pool, old)
 	n, err := journal.PruneJournal(ctx, db.Pool, time.Hour, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("pruned %d, %v; want 1", n, err)
@@ -219,4 +222,5 @@ func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
 	if a, _ := journal.Attempts(ctx, db.Pool, kept); len(a) != 1 || a[0].Outcome != "FAILED" || a[0].Error == nil || *a[0].Error != "down" {
 		t.Errorf("the kept entry's attempts: %+v", a)
 	}
+	noDrift(t, db.Pool)
 }

@@ -31,6 +31,8 @@ import (
 // one's snapshot includes whatever ingest committed for those aggregates (see the
 // package comment in heads.go).
 //
+// The outcomes' journal state is mirrored into journal_state by jstate (see state.go).
+//
 // Each table is modified once: CockroachDB refuses a statement that modifies one table
 // in two places (https://github.com/cockroachdb/cockroach/issues/70731, cockroach PR
 // 71595, https://www.cockroachlabs.com/docs/stable/common-table-expressions), so on
@@ -54,8 +56,8 @@ u AS (
 	    skipped_at = CASE WHEN r.skip THEN now() ELSE j.skipped_at END
 	FROM r
 	WHERE j.id = r.id
-	RETURNING j.id, j.aggregate_id, j.sequence_no, j.attempts, j.status, j.next_attempt_at, j.skipped_at
-),
+	RETURNING ` + mirrorReturningJ + `
+)` + mirrorStateSQL + `,
 hist AS (
 	INSERT INTO journal_attempt (journal_id, attempt, started_at, duration_ms, runs, outcome, error)
 	SELECT r.id, u.attempts, r.started_at, r.duration_ms, r.runs, r.status, r.err
