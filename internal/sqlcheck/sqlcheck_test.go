@@ -51,11 +51,8 @@ var runtimeSites = map[string]func() []journal.Statement{
 	// (r::TEXT of a whole row is PostgreSQL's).
 	"internal/bench/tableChecksums": nil,
 	// A take's statement timeout, before the take itself.
-	"schema/withLease": one("takeTimeout", "SET statement_timeout = 10000"),
-	// Whether a required release's table holds rows; the table is a requires line's
-	// identifier (journal_state, say).
-	"schema/checkRequirement": one("checkRequirement", "SELECT EXISTS (SELECT 1 FROM journal_state)"),
-	"internal/bench/drop":     nil,
+	"schema/withLease":    one("takeTimeout", "SET statement_timeout = 10000"),
+	"internal/bench/drop": nil,
 }
 
 func builtPrefix(prefix string) func() []journal.Statement {
