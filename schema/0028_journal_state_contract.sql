@@ -1,0 +1,87 @@
+-- v0.3.0, the contract release of the state move: journal_state becomes the only home
+-- of the entries' state, and the journal keeps what an entry is (its id, payload, type,
+-- aggregate, sequence number, tag, trace context, received_at), written once at ingest.
+-- A release before v0.2.0 writes the journal's state columns only, so this runs only
+-- on a database v0.2.0 served (its mirror writes keep journal_state up to date).
+-- inboxd:contract
+-- TODO inboxd:requires v0.2.0 26 journal
+
+-- 1. Backfill: the journal's state columns were authoritative until now, and v0.1.0
+-- wrote them without journal_state (v0.2.0 mirrored its own writes; an absent row meant
+-- "as ingested"). Rows whose state already matches are left alone (the WHERE of DO
+-- UPDATE), so a database v0.2.0 alone served writes little. Run again after step 3,
+-- the journal's columns are gone (42703, undefined_column): the backfill ran before
+-- them, so that means done.
+-- https://www.cockroachlabs.com/docs/stable/insert#on-conflict-clause
+-- inboxd:done-if 42703
+INSERT INTO journal_state (id, aggregate_id, sequence_no, status, attempts, last_error, next_attempt_at, updated_at,
+                           processed_at, skipped_by, skipped_at, last_started_at, last_duration_ms)
+SELECT j.id, j.aggregate_id, j.sequence_no, j.status, j.attempts, j.last_error, j.next_attempt_at, j.updated_at,
+       j.processed_at, j.skipped_by, j.skipped_at, j.last_started_at, j.last_duration_ms
+FROM journal AS j
+ON CONFLICT (id) DO UPDATE SET aggregate_id = excluded.aggregate_id, sequence_no = excluded.sequence_no,
+    status = excluded.status, attempts = excluded.attempts, last_error = excluded.last_error,
+    next_attempt_at = excluded.next_attempt_at, updated_at = excluded.updated_at,
+    processed_at = excluded.processed_at, skipped_by = excluded.skipped_by, skipped_at = excluded.skipped_at,
+    last_started_at = excluded.last_started_at, last_duration_ms = excluded.last_duration_ms
+WHERE (journal_state.status, journal_state.attempts, journal_state.last_error, journal_state.next_attempt_at,
+       journal_state.updated_at, journal_state.processed_at, journal_state.skipped_by, journal_state.skipped_at,
+       journal_state.last_started_at, journal_state.last_duration_ms)
+      IS DISTINCT FROM
+      (excluded.status, excluded.attempts, excluded.last_error, excluded.next_attempt_at,
+       excluded.updated_at, excluded.processed_at, excluded.skipped_by, excluded.skipped_at,
+       excluded.last_started_at, excluded.last_duration_ms);
+
+-- 2. The journal's state indexes: their successors are journal_state's (0027). Dropped
+-- by name before the columns, so that neither database has to decide what a dropped
+-- column takes with it. CockroachDB resolves an index name without its table when the
+-- name is unique (https://www.cockroachlabs.com/docs/stable/drop-index).
+DROP INDEX IF EXISTS journal_aggregate_pending;
+
+DROP INDEX IF EXISTS journal_attention;
+
+DROP INDEX IF EXISTS journal_aggregate_parked;
+
+DROP INDEX IF EXISTS journal_terminal;
+
+DROP INDEX IF EXISTS journal_pending;
+
+-- On CockroachDB the journal's row-level TTL (internal/feed, BuildTTL) expires entries by
+-- status and updated_at, and CockroachDB refuses to drop a column its TTL expression
+-- references ("cannot drop column … referenced by row-level TTL expiration expression",
+-- pkg/sql/schemachanger/scbuild/internal/scbuildstmt/alter_table_drop_column.go). A TTL
+-- expression reads only its own row, so the journal cannot expire by journal_state's
+-- status: from v0.3.0 journal.PruneJournal prunes it on CockroachDB too, and the TTL is
+-- removed here. RESET (ttl) removes every TTL storage parameter
+-- (https://www.cockroachlabs.com/docs/stable/row-level-ttl#remove-row-level-ttl-from-a-table).
+-- Not run against a live CockroachDB here.
+-- inboxd:only cockroachdb
+ALTER TABLE journal RESET (ttl);
+
+-- 3. The state columns and the CHECK on status. DROP CONSTRAINT and DROP COLUMN take
+-- IF EXISTS on both databases, so a second run is a no-op; CockroachDB drops a column
+-- in an online schema change, the rows' values left for its garbage collection
+-- (https://www.cockroachlabs.com/docs/stable/alter-table#drop-constraint,
+-- https://www.cockroachlabs.com/docs/stable/alter-table#drop-column,
+-- https://www.postgresql.org/docs/15/sql-altertable.html).
+ALTER TABLE journal DROP CONSTRAINT IF EXISTS journal_status_valid;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS status;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS attempts;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS last_error;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS next_attempt_at;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS updated_at;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS processed_at;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS skipped_by;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS skipped_at;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS last_started_at;
+
+ALTER TABLE journal DROP COLUMN IF EXISTS last_duration_ms;
