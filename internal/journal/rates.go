@@ -22,7 +22,10 @@ type RateBucket struct {
 // would cost ingest on every insert): an entry settled in the window is found through
 // journal_state_terminal (updated_at, which is its processed_at, and never before its
 // received_at), one still pending through journal_state_pending, a DEAD one through
-// journal_state_attention; received_at, the journal's, is read by key.
+// journal_state_attention; received_at, the journal's, is read by key, one entry at a
+// time (a LATERAL subquery with a LIMIT is not pulled up into a join): as a join, the
+// generic plan hash-joined a scan of the journal to the settled entries of the window.
+// https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries
 func Rates(ctx context.Context, db database.DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
 	if bucket <= 0 || window < bucket {
 		return nil, time.Time{}, fmt.Errorf("rates: window %s must be at least one bucket of %s", window, bucket)
@@ -68,15 +71,15 @@ func Rates(ctx context.Context, db database.DB, window, bucket time.Duration) ([
 // proves its partial index's predicate.
 const ratesSQL = `SELECT b, sum(r)::INT8, sum(p)::INT8 FROM (
 		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p
-		FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
 		WHERE s.status IN ('RECEIVED', 'FAILED') AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
 		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8, 1, 0
-		FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
 		WHERE s.status = 'DEAD' AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
 		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8, 1, 0
-		FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
 		WHERE s.status IN ('PROCESSED', 'REJECTED') AND s.updated_at >= $1::TIMESTAMPTZ AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
 		SELECT floor(extract(epoch FROM s.updated_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal_state AS s
