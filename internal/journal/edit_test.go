@@ -107,7 +107,7 @@ func TestEditAndRetry(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	ids := ingest(t, db, "payment", "agg-1", `{"amount":"twelve"}`, `{"amount":"1.00"}`)
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'DEAD', attempts = 5, last_error = 'bad amount' WHERE id = $1`, ids[0]); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = 'DEAD', attempts = 5, last_error = 'bad amount' WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := journal.SyncHeadsOf(ctx, db.Pool, ids[:1]); err != nil {
@@ -215,7 +215,7 @@ func TestEditAndRetryConcurrent(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	ids := ingest(t, db, "payment", "agg-c", `{"amount":"twelve"}`)
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'DEAD', attempts = 5 WHERE id = $1`, ids[0]); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = 'DEAD', attempts = 5 WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := journal.SyncHeadsOf(ctx, db.Pool, ids); err != nil {

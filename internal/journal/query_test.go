@@ -40,7 +40,7 @@ func seed(t *testing.T, db database.DB, typ string, n int, jurisdiction func(i i
 
 func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
+	if _, err := db.Exec(context.Background(), `UPDATE journal_state SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -256,8 +256,8 @@ func TestRequeue(t *testing.T) {
 		})
 	}
 	var failed, zeroAttempts int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'FAILED'), count(*) FILTER (WHERE attempts = 0 AND next_attempt_at <= now())
-		FROM journal WHERE payload @> '{"jurisdiction":"mga"}'`).Scan(&failed, &zeroAttempts); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE s.status = 'FAILED'), count(*) FILTER (WHERE s.attempts = 0 AND s.next_attempt_at <= now())
+		FROM journal_state AS s JOIN journal AS j ON j.id = s.id WHERE j.payload @> '{"jurisdiction":"mga"}'`).Scan(&failed, &zeroAttempts); err != nil {
 		t.Fatal(err)
 	}
 	if failed != (n+1)/2 || zeroAttempts != (n+1)/2 {

@@ -85,7 +85,7 @@ func TestPrune(t *testing.T) {
 		if i >= 6 {
 			age = time.Second
 		}
-		if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = $2, updated_at = now() - $3::INT8 * INTERVAL '1 millisecond' WHERE id = $1::UUID`,
+		if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = $2, updated_at = now() - $3::INT8 * INTERVAL '1 millisecond' WHERE id = $1::UUID`,
 			id, statuses[i%6], age.Milliseconds()); err != nil {
 			t.Fatal(err)
 		}
@@ -107,12 +107,17 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("third PruneJournal = %d, %v; want 0", n, err)
 	}
 	for i, id := range ids {
-		var status string
-		err := db.Pool.QueryRow(ctx, `SELECT status FROM journal WHERE id = $1::UUID`, id).Scan(&status)
-		gone := err == pgx.ErrNoRows
-		if err != nil && !gone {
+		// An entry is its journal row and its state row: both stay or both go.
+		var entries, states int
+		err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM journal WHERE id = $1::UUID),
+			(SELECT count(*) FROM journal_state WHERE id = $1::UUID)`, id).Scan(&entries, &states)
+		if err != nil {
 			t.Fatal(err)
 		}
+		if entries != states {
+			t.Errorf("entry %d: %d journal rows, %d state rows", i, entries, states)
+		}
+		gone := entries == 0
 		wantGone := i < 6 && (statuses[i%6] == journal.StatusProcessed || statuses[i%6] == journal.StatusRejected)
 		if gone != wantGone {
 			t.Errorf("entry %d (%s, old=%v): deleted=%v, want %v", i, statuses[i%6], i < 6, gone, wantGone)
@@ -132,7 +137,7 @@ func TestPruneUsesIndex(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	ingestN(t, db.Pool, 50, "agg")
-	if _, err := db.Pool.Exec(ctx, `ANALYZE journal`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `ANALYZE journal_state`); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := db.Pool.Begin(ctx)
@@ -143,7 +148,7 @@ func TestPruneUsesIndex(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN SELECT id FROM journal WHERE status IN ('PROCESSED', 'REJECTED')
+	rows, err := tx.Query(ctx, `EXPLAIN SELECT id FROM journal_state WHERE status IN ('PROCESSED', 'REJECTED')
 		AND updated_at < now() - 1000 * INTERVAL '1 millisecond' ORDER BY updated_at LIMIT 1000`)
 	if err != nil {
 		t.Fatal(err)
@@ -152,8 +157,8 @@ func TestPruneUsesIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(plan, "\n"), "journal_terminal") {
-		t.Errorf("plan does not use journal_terminal:\n%s", strings.Join(plan, "\n"))
+	if !strings.Contains(strings.Join(plan, "\n"), "journal_state_terminal") {
+		t.Errorf("plan does not use journal_state_terminal:\n%s", strings.Join(plan, "\n"))
 	}
 }
 
@@ -206,7 +211,7 @@ func TestPruneJournalDeletesAttemptHistory(t *testing.T) {
 			t.Fatalf("attempts of %s before pruning: %+v, %v", id, a, err)
 		}
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET updated_at = now() - INTERVAL '2 hours' WHERE id = $1`, old); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET updated_at = now() - INTERVAL '2 hours' WHERE id = $1`, old); err != nil {
 		t.Fatal(err)
 	}
 	n, err := journal.PruneJournal(ctx, db.Pool, time.Hour, 100)
