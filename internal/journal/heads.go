@@ -27,14 +27,14 @@ import (
 //     an entry with a lower sequence number, with INSERT … ON CONFLICT DO UPDATE, which
 //     PostgreSQL applies to the row's latest version even under READ COMMITTED;
 //   - settling (SyncHeads: processing outcomes, timeouts, retries, skips) first locks the
-//     aggregates' rows, then recomputes them from the journal in a later statement.
+//     aggregates' rows, then recomputes them from journal_state in a later statement.
 //
 // Together they cannot lose a head. Ingest's upsert locks the row too: if settling
 // locked it first, ingest waits for its commit and then updates (or re-inserts) the row
 // settling left; if ingest locked it first, settling waits for ingest's commit, and the
 // statement that recomputes the row, taken after that, sees ingest's entries. Both lock
 // rows in aggregate_id order, so they cannot deadlock. Ingest never waits for a handler:
-// a claim locks journal rows, never aggregate_head rows, and settling holds the head
+// a claim locks journal_state rows, never aggregate_head rows, and settling holds the head
 // rows only from SyncHeads to its commit. Under SERIALIZABLE (CockroachDB) the same
 // interleavings end in a retryable 40001 instead.
 
@@ -143,17 +143,26 @@ const headCheck = `NOT EXISTS (
 // so neither database locks a row it was not asked for
 // (https://github.com/cockroachdb/cockroach/issues/121917).
 // https://www.cockroachlabs.com/docs/stable/select-for-update
+//
+// It locks the state rows (journal_state), the only rows a claim's transaction changes,
+// in a sub-select of that one table, and reads the journal by key above it: CockroachDB
+// did not lock the rows a locking SELECT reads through a lookup join
+// (https://github.com/cockroachdb/cockroach/issues/88262), so the locked table is
+// scanned by its own key, whichever join the planner picks.
 func lockHeadsSQL(skip bool) string {
-	order := `ORDER BY s.sequence_no FOR UPDATE OF s`
+	order := `ORDER BY s.sequence_no FOR UPDATE`
 	if skip {
-		order = `FOR UPDATE OF s SKIP LOCKED`
+		order = `FOR UPDATE SKIP LOCKED`
 	}
 	return `
 		SELECT ` + headColumns + `, false, ` + claimableSQL("$2") + `
-		FROM journal_state AS s
+		FROM (
+			SELECT s.id, s.aggregate_id, s.sequence_no, s.status, s.attempts, s.next_attempt_at
+			FROM journal_state AS s
+			WHERE s.id = ANY ($1::UUID[])
+			` + order + `) AS s
 		JOIN journal AS j ON j.id = s.id
-		WHERE s.id = ANY ($1::UUID[])
-		` + order
+		ORDER BY s.sequence_no`
 }
 
 // claimableSQL is true when a locked entry s can be claimed: pending, due (grace: the

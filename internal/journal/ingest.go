@@ -72,7 +72,8 @@ const SequenceBlock = 65536
 var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one sequence block", SequenceBlock)
 
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
-// one round trip: new journal rows and quarantined messages. It returns the arrival
+// one round trip: new journal rows, each with its state row (journal_state), and
+// quarantined messages. It returns the arrival
 // ordinals of the entries it neither inserted nor found journaled with the same payload:
 // id conflicts (an id already journaled with another payload) and rows another
 // transaction inserted while it ran; racedSQL judges those in a second statement. Most

@@ -37,14 +37,15 @@ type Head struct {
 }
 
 // lockPendingSQL locks the entry's state row (journal_state), the one processing
-// changes, as every claim does.
+// changes, alone in its sub-select, as every claim does (see lockHeadsSQL).
 const lockPendingSQL = `
 		SELECT j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, s.status, s.attempts,
 		       s.next_attempt_at <= now()
-		FROM journal_state AS s
-		JOIN journal AS j ON j.id = s.id
-		WHERE s.id = $1 AND s.status IN ('RECEIVED', 'FAILED')
-		FOR UPDATE OF s`
+		FROM (
+			SELECT s.id, s.status, s.attempts, s.next_attempt_at FROM journal_state AS s
+			WHERE s.id = $1 AND s.status IN ('RECEIVED', 'FAILED')
+			FOR UPDATE) AS s
+		JOIN journal AS j ON j.id = s.id`
 
 // LockPending locks the entry for the rest of tx if it still waits for processing
 // (RECEIVED or FAILED) and returns it. found is false when the entry does not exist or
@@ -144,7 +145,8 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 	return slices.DeleteFunc(out, func(h Head) bool { return h.ID == "" }), nil
 }
 
-// lockBatchSQL locks the state rows of entries $1 by primary key, in sequence order, and tells which are
+// lockBatchSQL locks the state rows of entries $1 by primary key (alone in a sub-select,
+// see lockHeadsSQL), in sequence order, and tells which are
 // still pending (its last column). As in lockHeadsSQL, the WHERE clause is the key
 // alone and the checks are in the select list, so that the plan is a primary-key
 // lookup whatever the statistics say: with the status check in the WHERE clause, an
@@ -164,11 +166,14 @@ const lockBatchSQL = `
 			  AND p.status = 'DEAD' AND p.skipped_at IS NULL)
 		       OR EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = s.aggregate_id),
 		       s.status IN ('RECEIVED', 'FAILED')
-		FROM journal_state AS s
+		FROM (
+			SELECT s.id, s.aggregate_id, s.sequence_no, s.status, s.attempts, s.next_attempt_at
+			FROM journal_state AS s
+			WHERE s.id = ANY ($1::UUID[])
+			ORDER BY s.sequence_no
+			FOR UPDATE) AS s
 		JOIN journal AS j ON j.id = s.id
-		WHERE s.id = ANY ($1::UUID[])
-		ORDER BY s.sequence_no
-		FOR UPDATE OF s`
+		ORDER BY s.sequence_no`
 
 // LockBatch locks, for the rest of tx, those of ids that are still pending, in
 // sequence order (so that two batches sharing entries lock them in the same order and
