@@ -53,8 +53,11 @@ DROP INDEX IF EXISTS journal_pending;
 -- expression reads only its own row, so the journal cannot expire by journal_state's
 -- status: from v0.3.0 journal.PruneJournal prunes it on CockroachDB too, and the TTL is
 -- removed here. RESET (ttl) removes every TTL storage parameter
--- (https://www.cockroachlabs.com/docs/stable/row-level-ttl#remove-row-level-ttl-from-a-table).
--- Not run against a live CockroachDB here.
+-- (https://www.cockroachlabs.com/docs/stable/row-level-ttl#remove-row-level-ttl-from-a-table);
+-- on a table without one it is a no-op: the "ttl" parameter's reset sets the table's
+-- row-level TTL to none, whatever it was (onReset of `ttl` in
+-- pkg/sql/storageparam/tablestorageparam/table_storage_param.go), so a second run is
+-- harmless too. Not run against a live CockroachDB here.
 -- inboxd:only cockroachdb
 ALTER TABLE journal RESET (ttl);
 
