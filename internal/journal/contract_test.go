@@ -58,10 +58,10 @@ func TestContractMigrationKeepsEveryState(t *testing.T) {
 	db := testenv.NewDBWith(t, testenv.DBOptions{Empty: true})
 	applyMigrations(t, db.Pool, 0, 27)
 	type state struct {
-		id, status string
-		attempts   int
-		lastError  *string
-		skippedBy  *string
+		status    string
+		attempts  int
+		lastError *string
+		skippedBy *string
 	}
 	errText, skipper := "handler failed", "ops"
 	entries := []struct {
