@@ -88,3 +88,14 @@ ALTER TABLE journal DROP COLUMN IF EXISTS skipped_at;
 ALTER TABLE journal DROP COLUMN IF EXISTS last_started_at;
 
 ALTER TABLE journal DROP COLUMN IF EXISTS last_duration_ms;
+
+-- 4. Entries journaled without a state row after step 1 read the journal: a v0.2.0
+-- instance still running while this migrates writes none at ingest (to v0.2.0 an absent
+-- row means "as ingested"), and nothing it settles lacks one (it mirrors its settles).
+-- They get the state of a new entry, as ingest writes it since v0.3.0, due since they
+-- were received. One read of the journal, as step 1; run again, it finds none.
+INSERT INTO journal_state (id, aggregate_id, sequence_no, status, attempts, next_attempt_at, updated_at)
+SELECT j.id, j.aggregate_id, j.sequence_no, 'RECEIVED', 0, j.received_at, j.received_at
+FROM journal AS j
+WHERE NOT EXISTS (SELECT 1 FROM journal_state AS s WHERE s.id = j.id)
+ON CONFLICT (id) DO NOTHING;

@@ -125,6 +125,18 @@ func TestContractMigrationKeepsEveryState(t *testing.T) {
 			t.Errorf("%s: Get = %+v, %v; want status %s, %d attempts", e.id, r, err, want.status, want.attempts)
 		}
 	}
+	// An entry a v0.2.0 instance journals while 0028 runs, after its backfill, has no
+	// state row: the migration's last step, run again here, gives it one, as ingested.
+	const late = "6f1c1f0e-1c3a-4c55-9a65-8b7e2d1f0b05"
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO journal (id, payload, event_type, aggregate_id, received_at)
+		VALUES ($1::UUID, jsonb_build_object('id', $1::TEXT), 'e', 'e', now() - INTERVAL '1 minute')`, late); err != nil {
+		t.Fatal(err)
+	}
+	applyMigrations(t, db.Pool, 28, 28)
+	if r, err := journal.Get(ctx, db.Pool, late); err != nil || r.Status != journal.StatusReceived || r.Attempts != 0 ||
+		!r.NextAttemptAt.Equal(r.ReceivedAt) || !r.UpdatedAt.Equal(r.ReceivedAt) {
+		t.Errorf("entry journaled during the migration: %+v, %v; want RECEIVED, due since received", r, err)
+	}
 	var cols, idx int
 	if err := db.Pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM information_schema.columns WHERE table_name = 'journal' AND column_name IN ('status', 'attempts',
