@@ -27,11 +27,15 @@ CREATE TABLE IF NOT EXISTS journal (
 CREATE INDEX IF NOT EXISTS journal_payload_gin ON journal USING GIN (payload);
 
 -- Pending work only: stays small however large the journal grows, so the sweeper's scan is cheap.
+-- Migration 0028 (v0.3.0) drops the journal's state columns; should this run again on
+-- such a database (every migration is re-runnable), the column is gone (42703): done.
+-- inboxd:done-if 42703
 CREATE INDEX IF NOT EXISTS journal_pending ON journal (next_attempt_at)
     INCLUDE (status, aggregate_id, sequence_no)
     WHERE status IN ('RECEIVED', 'FAILED');
 
 -- Per-aggregate ordering check: "is an earlier event of this aggregate still pending?"
+-- inboxd:done-if 42703
 CREATE INDEX IF NOT EXISTS journal_aggregate_pending ON journal (aggregate_id, sequence_no)
     WHERE status IN ('RECEIVED', 'FAILED');
 
@@ -40,6 +44,7 @@ CREATE INDEX IF NOT EXISTS journal_type_seq ON journal (event_type, sequence_no)
 
 -- What needs an operator's attention. Partial, so ingest never pays for it: new rows are
 -- RECEIVED, and every index maintained on insert costs ingest throughput.
+-- inboxd:done-if 42703
 CREATE INDEX IF NOT EXISTS journal_attention ON journal (status, sequence_no)
     WHERE status IN ('FAILED', 'DEAD', 'REJECTED');
 

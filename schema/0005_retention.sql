@@ -6,5 +6,8 @@ ALTER SEQUENCE journal_sequence_no INCREMENT BY 65536;
 
 -- Retention deletes terminal entries oldest first through this index. Partial, so
 -- ingest never pays for it: new rows are RECEIVED.
+-- Migration 0028 (v0.3.0) drops the journal's state columns; should this run again on
+-- such a database (every migration is re-runnable), the column is gone (42703): done.
+-- inboxd:done-if 42703
 CREATE INDEX IF NOT EXISTS journal_terminal ON journal (updated_at)
     WHERE status IN ('PROCESSED', 'REJECTED');

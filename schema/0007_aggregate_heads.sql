@@ -29,15 +29,20 @@ ALTER TABLE journal ADD COLUMN IF NOT EXISTS skipped_by TEXT;
 
 ALTER TABLE journal ADD COLUMN IF NOT EXISTS skipped_at TIMESTAMPTZ;
 
+-- Migration 0028 (v0.3.0) drops the journal's state columns; should this run again on
+-- such a database (every migration is re-runnable), the column is gone (42703): done.
+-- inboxd:done-if 42703
 CREATE INDEX IF NOT EXISTS journal_aggregate_parked ON journal (aggregate_id, sequence_no)
     WHERE status = 'DEAD' AND skipped_at IS NULL;
 
 -- Entries that died before parking existed did not hold their successors back; they
 -- keep not doing so.
+-- inboxd:done-if 42703
 UPDATE journal SET skipped_by = 'inboxd: DEAD before parking (migration 0007)', skipped_at = now()
 WHERE status = 'DEAD' AND skipped_at IS NULL;
 
 -- Backfill: the head of every aggregate with pending work. Idempotent.
+-- inboxd:done-if 42703
 INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received)
 SELECT DISTINCT ON (aggregate_id) aggregate_id, id, sequence_no, next_attempt_at, status = 'RECEIVED'
 FROM journal

@@ -36,7 +36,7 @@ func TestClaimStopsAfterAFewChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback(ctx) }()
-	if _, err := other.Exec(ctx, `SELECT 1 FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE`, picked[1:]); err != nil {
+	if _, err := other.Exec(ctx, `SELECT 1 FROM journal_state WHERE id = ANY ($1::UUID[]) FOR UPDATE`, picked[1:]); err != nil {
 		t.Fatal(err)
 	}
 	tracer := &txstats.Tracer{}

@@ -27,21 +27,26 @@ func TestClaimDueLocksOnlyWhatItReturns(t *testing.T) {
 		claimable int    // of the 10 rows the claim returns
 	}{
 		{name: "settled after the claim's snapshot", claimable: 5,
-			other: `UPDATE journal SET status = 'PROCESSED', processed_at = now() WHERE id = ANY ($1::UUID[])`},
+			other: `UPDATE journal_state SET status = 'PROCESSED', processed_at = now() WHERE id = ANY ($1::UUID[])`},
 		{name: "locked, then released unchanged", claimable: 10,
-			other: `SELECT id FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE`},
+			other: `SELECT id FROM journal_state WHERE id = ANY ($1::UUID[]) FOR UPDATE`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testenv.NewDB(t)
-			if _, err := db.Pool.Exec(ctx, `
-				INSERT INTO journal (id, payload, event_type, aggregate_id, next_attempt_at)
-				SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'agg-' || g::TEXT,
-				       now() - INTERVAL '1 minute' + g * INTERVAL '1 millisecond'
-				FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 20) AS g) AS s`); err != nil {
-				t.Fatal(err)
+			for _, seed := range []string{`
+				INSERT INTO journal (id, payload, event_type, aggregate_id)
+				SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'agg-' || g::TEXT
+				FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 20) AS g) AS s`, `
+				INSERT INTO journal_state (id, aggregate_id, sequence_no, next_attempt_at)
+				SELECT j.id, j.aggregate_id, j.sequence_no,
+				       now() - INTERVAL '1 minute' + row_number() OVER (ORDER BY j.sequence_no) * INTERVAL '1 millisecond'
+				FROM journal AS j`} {
+				if _, err := db.Pool.Exec(ctx, seed); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := RebuildHeads(ctx, db.Pool); err != nil {
 				t.Fatal(err)
@@ -115,7 +120,7 @@ func TestClaimDueLocksOnlyWhatItReturns(t *testing.T) {
 				}
 			}
 			var free int
-			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM journal FOR UPDATE SKIP LOCKED) AS f`).Scan(&free); err != nil {
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM journal_state FOR UPDATE SKIP LOCKED) AS f`).Scan(&free); err != nil {
 				t.Fatal(err)
 			}
 			if locked := 20 - free; len(got.claimable) != 10 || locked != len(got.claimable) || claimable != tt.claimable {

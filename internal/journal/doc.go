@@ -2,6 +2,16 @@
 // batch insert used by ingest, the status transitions used by processing, and the
 // queries used by the API and operator tools.
 //
+// An entry is two rows with one id: its journal row, what the event is (payload, type,
+// aggregate, sequence number, tag, trace context, received_at), written once by ingest
+// and changed after that only by an operator's edit of the payload; and its
+// journal_state row (migrations 0026-0028), where processing and operators record what
+// became of it (status, attempts, last_error, next_attempt_at, updated_at,
+// processed_at, skipped_by, skipped_at, last_started_at, last_duration_ms). Ingest
+// writes both in one statement, retention deletes both in one statement, and every
+// statement that reads or changes the state reads journal_state, joined to the journal
+// by id for the rest. Claims lock journal_state rows only.
+//
 // Statuses:
 //
 //	RECEIVED  ingested, waiting to be processed

@@ -181,7 +181,8 @@ func EditAndRetry(ctx context.Context, db database.DB, id string, req EditReques
 	var r Record
 	var ed Edit
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
-		old, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM journal WHERE id = $1::UUID FOR UPDATE`, id))
+		// Both rows are locked: the payload is the journal's, the status journal_state's.
+		old, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM `+recordFrom+` WHERE j.id = $1::UUID FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -195,17 +196,15 @@ func EditAndRetry(ctx context.Context, db database.DB, id string, req EditReques
 		if err := CheckEdit(old.Payload, req.Payload, req.MaxBytes, req.IDField); err != nil {
 			return err
 		}
-		// updated_at is journal state: mirrored into journal_state (mirrorStateSQL).
-		var n int64
-		err = tx.QueryRow(ctx, `WITH u AS (
-			UPDATE journal SET payload = $2::JSONB, updated_at = now()
-			WHERE id = $1::UUID AND status = 'DEAD'
-			RETURNING `+mirrorReturning+`)`+mirrorStateSQL+`
-			SELECT count(*) FROM u`, id, string(req.Payload)).Scan(&n)
+		// The payload stays on the journal row, the one column of it an operator changes;
+		// retryInTx below writes the state (updated_at too).
+		tag, err := tx.Exec(ctx, `UPDATE journal SET payload = $2::JSONB
+			WHERE id = $1::UUID AND EXISTS (SELECT 1 FROM journal_state AS s WHERE s.id = $1::UUID AND s.status = 'DEAD')`,
+			id, string(req.Payload))
 		if err != nil {
 			return fmt.Errorf("replacing the payload of %s: %w", id, err)
 		}
-		if n != 1 { // cannot happen under the row lock; never record an edit that did not happen
+		if tag.RowsAffected() != 1 { // cannot happen under the row lock; never record an edit that did not happen
 			r = old
 			return ErrNotEditable
 		}

@@ -27,14 +27,14 @@ import (
 //     an entry with a lower sequence number, with INSERT … ON CONFLICT DO UPDATE, which
 //     PostgreSQL applies to the row's latest version even under READ COMMITTED;
 //   - settling (SyncHeads: processing outcomes, timeouts, retries, skips) first locks the
-//     aggregates' rows, then recomputes them from the journal in a later statement.
+//     aggregates' rows, then recomputes them from journal_state in a later statement.
 //
 // Together they cannot lose a head. Ingest's upsert locks the row too: if settling
 // locked it first, ingest waits for its commit and then updates (or re-inserts) the row
 // settling left; if ingest locked it first, settling waits for ingest's commit, and the
 // statement that recomputes the row, taken after that, sees ingest's entries. Both lock
 // rows in aggregate_id order, so they cannot deadlock. Ingest never waits for a handler:
-// a claim locks journal rows, never aggregate_head rows, and settling holds the head
+// a claim locks journal_state rows, never aggregate_head rows, and settling holds the head
 // rows only from SyncHeads to its commit. Under SERIALIZABLE (CockroachDB) the same
 // interleavings end in a retryable 40001 instead.
 
@@ -65,7 +65,9 @@ const dueHeadsSQL = `(
 // transactions hold, from the oldest due of up to $2 of each kind ($1 the grace in ms):
 // PostgreSQL under READ COMMITTED only (see ClaimDue). PostgreSQL applies the LIMIT
 // above the row locking, so rows skipped as locked do not count against it, and locks
-// only the journal rows it returns (FOR UPDATE OF j)
+// only the state rows it returns (FOR UPDATE OF s): journal_state's, the only rows a
+// claim's transaction changes; the entry's immutable columns are read above the lock,
+// by key, for the rows it returns only
 // (https://www.postgresql.org/docs/15/sql-select.html#SQL-FOR-UPDATE-SHARE). The
 // locking sub-select returns the locked rows' columns as they are once locked, and the
 // checks and conversions (the payload's text, the head checks' subplans) are computed
@@ -86,13 +88,14 @@ const dueHeadsSQL = `(
 var claimDueSQL = `
 		SELECT ` + headColumns + `, false, ` + claimableSQL("$1") + `
 		FROM (
-			SELECT j.id, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload, j.status,
-			       j.attempts, j.next_attempt_at, j.trace_context
+			SELECT s.id, s.aggregate_id, s.sequence_no, s.status, s.attempts, s.next_attempt_at
 			FROM (SELECT x.head_id, x.due_at FROM ` + dueHeadsSQL + ` AS x
 			      ORDER BY x.due_at LIMIT $2::INT8) AS d
-			JOIN journal AS j ON j.id = d.head_id
+			JOIN journal_state AS s ON s.id = d.head_id
 			ORDER BY d.due_at LIMIT $3::INT8
-			FOR UPDATE OF j SKIP LOCKED) AS j`
+			FOR UPDATE OF s SKIP LOCKED) AS s
+		CROSS JOIN LATERAL (SELECT j.id, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload, j.trace_context
+			FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j`
 
 // notHeld is true when h's aggregate is not under replay (replay_hold, migration 0019):
 // a live event of an aggregate a replay run holds waits until the aggregate's replay
@@ -118,20 +121,20 @@ const pickAggregatesSQL = `
 SELECT h.head_id::TEXT FROM aggregate_head AS h
 WHERE h.aggregate_id = ANY ($1::TEXT[]) AND NOT h.parked AND h.due_at <= now() AND ` + notHeld
 
-// headCheck is true when an entry j, once locked, is still its aggregate's head:
+// headCheck is true when an entry s (its state row), once locked, is still its aggregate's head:
 // nothing earlier pending, no earlier DEAD entry parking the aggregate. The pick ran
 // without locks, so another transaction may have settled or moved it meanwhile. It is
 // meant for a select list: there each NOT EXISTS stays a subplan run per locked row,
-// which probes journal_aggregate_pending and journal_aggregate_parked by (aggregate_id,
+// which probes journal_state_pending and journal_state_parked by (aggregate_id,
 // sequence_no); in a WHERE clause PostgreSQL may turn it into an anti-join that reads
 // every pending entry (it did, whenever statistics said few were pending).
 const headCheck = `NOT EXISTS (
-		SELECT 1 FROM journal AS p
-		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+		SELECT 1 FROM journal_state AS p
+		WHERE p.aggregate_id = s.aggregate_id AND p.sequence_no < s.sequence_no
 		  AND p.status IN ('RECEIVED', 'FAILED'))
 	AND NOT EXISTS (
-		SELECT 1 FROM journal AS p
-		WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+		SELECT 1 FROM journal_state AS p
+		WHERE p.aggregate_id = s.aggregate_id AND p.sequence_no < s.sequence_no
 		  AND p.status = 'DEAD' AND p.skipped_at IS NULL)`
 
 // lockHeadsSQL locks picked heads ($1) by primary key and tells, in its last column,
@@ -151,26 +154,36 @@ const headCheck = `NOT EXISTS (
 // so neither database locks a row it was not asked for
 // (https://github.com/cockroachdb/cockroach/issues/121917).
 // https://www.cockroachlabs.com/docs/stable/select-for-update
+//
+// It locks the state rows (journal_state), the only rows a claim's transaction changes,
+// in a sub-select of that one table, and reads the journal by key above it: CockroachDB
+// did not lock the rows a locking SELECT reads through a lookup join
+// (https://github.com/cockroachdb/cockroach/issues/88262), so the locked table is
+// scanned by its own key, whichever join the planner picks.
 func lockHeadsSQL(skip bool) string {
-	order := `ORDER BY j.sequence_no FOR UPDATE`
+	order := `ORDER BY s.sequence_no FOR UPDATE`
 	if skip {
 		order = `FOR UPDATE SKIP LOCKED`
 	}
 	return `
 		SELECT ` + headColumns + `, false, ` + claimableSQL("$2") + `
-		FROM journal AS j
-		WHERE j.id = ANY ($1::UUID[])
-		` + order
+		FROM (
+			SELECT s.id, s.aggregate_id, s.sequence_no, s.status, s.attempts, s.next_attempt_at
+			FROM journal_state AS s
+			WHERE s.id = ANY ($1::UUID[])
+			` + order + `) AS s
+		JOIN journal AS j ON j.id = s.id
+		ORDER BY s.sequence_no`
 }
 
-// claimableSQL is true when a locked entry j can be claimed: pending, due (grace: the
+// claimableSQL is true when a locked entry s can be claimed: pending, due (grace: the
 // parameter holding a RECEIVED entry's grace, in ms), its aggregate's head, and not held
 // by a replay.
 func claimableSQL(grace string) string {
-	return `j.status IN ('RECEIVED', 'FAILED') AND j.next_attempt_at <= now()
-		       AND (j.status = 'FAILED' OR j.next_attempt_at <= now() - ` + grace + `::INT8 * INTERVAL '1 millisecond')
+	return `s.status IN ('RECEIVED', 'FAILED') AND s.next_attempt_at <= now()
+		       AND (s.status = 'FAILED' OR s.next_attempt_at <= now() - ` + grace + `::INT8 * INTERVAL '1 millisecond')
 		       AND ` + headCheck + `
-		       AND NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id)`
+		       AND NOT EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = s.aggregate_id)`
 }
 
 // maxLockChunks bounds the lock statements of one claim: past it, the batch runs with
@@ -317,11 +330,11 @@ c AS (
 	       d.id AS did, d.sequence_no AS dseq, d.next_attempt_at AS ddue
 	FROM a
 	LEFT JOIN LATERAL (
-		SELECT j.id, j.sequence_no, j.next_attempt_at, j.status FROM journal AS j
+		SELECT j.id, j.sequence_no, j.next_attempt_at, j.status FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
 		ORDER BY j.sequence_no LIMIT 1) AS p ON true
 	LEFT JOIN LATERAL (
-		SELECT j.id, j.sequence_no, j.next_attempt_at FROM journal AS j
+		SELECT j.id, j.sequence_no, j.next_attempt_at FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL
 		ORDER BY j.sequence_no LIMIT 1) AS d ON true
 	WHERE p.id IS NOT NULL OR d.id IS NOT NULL
@@ -350,7 +363,7 @@ RETURNING aggregate_id, parked`
 
 // deleteIdleHeadsSQL deletes the rows of aggregates $1 left with no pending entry and no
 // parking DEAD entry. Each aggregate is probed by a LATERAL … LIMIT 1 through
-// journal_aggregate_pending and journal_aggregate_parked, as in upsertHeadsSQL: written
+// journal_state_pending and journal_state_parked, as in upsertHeadsSQL: written
 // as NOT EXISTS, PostgreSQL planned a hash anti-join over every pending and every DEAD
 // entry whenever statistics said there were few.
 // https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries
@@ -359,11 +372,11 @@ DELETE FROM aggregate_head AS h
 WHERE h.aggregate_id IN (
 	SELECT a.aggregate_id FROM unnest($1::TEXT[]) AS a(aggregate_id)
 	LEFT JOIN LATERAL (
-		SELECT j.id FROM journal AS j
+		SELECT j.id FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')
 		ORDER BY j.sequence_no LIMIT 1) AS p ON true
 	LEFT JOIN LATERAL (
-		SELECT j.id FROM journal AS j
+		SELECT j.id FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL
 		ORDER BY j.sequence_no LIMIT 1) AS d ON true
 	WHERE p.id IS NULL AND d.id IS NULL)`
@@ -461,7 +474,7 @@ type batchSender interface {
 }
 
 // aggregatesOfSQL returns the distinct aggregates of entries $1.
-const aggregatesOfSQL = `SELECT DISTINCT aggregate_id FROM journal WHERE id = ANY ($1::UUID[])`
+const aggregatesOfSQL = `SELECT DISTINCT aggregate_id FROM journal_state WHERE id = ANY ($1::UUID[])`
 
 // SyncHeadsOf is SyncHeads for the aggregates of the entries ids.
 func SyncHeadsOf(ctx context.Context, tx database.DB, ids []string) error {
@@ -485,7 +498,7 @@ func SyncHeadsOf(ctx context.Context, tx database.DB, ids []string) error {
 const rebuildHeadsSQL = `
 INSERT INTO aggregate_head (aggregate_id, head_id, head_seq, due_at, received)
 SELECT DISTINCT ON (j.aggregate_id) j.aggregate_id, j.id, j.sequence_no, j.next_attempt_at, j.status = 'RECEIVED'
-FROM journal AS j
+FROM journal_state AS j
 WHERE j.status IN ('RECEIVED', 'FAILED')
 ORDER BY j.aggregate_id, j.sequence_no
 ON CONFLICT (aggregate_id) DO NOTHING`
@@ -607,11 +620,11 @@ func Skip(ctx context.Context, db database.DB, id, by string) (Record, error) {
 	var r Record
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		r, err = scanRecord(tx.QueryRow(ctx, `WITH u AS (
-			UPDATE journal SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
+		r, err = scanRecord(tx.QueryRow(ctx, `WITH s AS (
+			UPDATE journal_state SET skipped_by = $2::TEXT, skipped_at = now(), updated_at = now()
 			WHERE id = $1::UUID AND status = 'DEAD' AND skipped_at IS NULL
-			RETURNING *)`+mirrorStateSQL+`
-			SELECT `+recordColumns+` FROM u`, id, by))
+			RETURNING *)
+			SELECT `+recordColumns+` FROM s JOIN journal AS j ON j.id = s.id`, id, by))
 		if err != nil {
 			return err
 		}
@@ -632,19 +645,19 @@ func Skip(ctx context.Context, db database.DB, id, by string) (Record, error) {
 
 // parkedSQL counts the parked aggregates and the entries waiting behind them: per
 // parked aggregate (aggregate_head_parked), its pending entries through
-// journal_aggregate_pending. As a plain join, PostgreSQL hash-joined a scan of the
+// journal_state_pending. As a plain join, PostgreSQL hash-joined a scan of the
 // journal, every second (the sweeper refreshes the gauges), with no aggregate parked:
 // 3,000 blocks a call on a 60,000-entry journal.
 const parkedSQL = `
 SELECT (SELECT count(*) FROM aggregate_head WHERE parked),
        (SELECT coalesce(sum(w.n), 0) FROM aggregate_head AS h
         CROSS JOIN LATERAL (
-        	SELECT count(*) AS n FROM journal AS j
+        	SELECT count(*) AS n FROM journal_state AS j
         	WHERE j.aggregate_id = h.aggregate_id AND j.status IN ('RECEIVED', 'FAILED')) AS w
         WHERE h.parked)`
 
 // Parked counts the aggregates parked by a DEAD head and the events waiting behind
-// them, through aggregate_head_parked and journal_aggregate_pending: the cost follows
+// them, through aggregate_head_parked and journal_state_pending: the cost follows
 // what is parked, not the journal.
 func Parked(ctx context.Context, db database.DB) (aggregates, waiting int64, err error) {
 	err = db.QueryRow(ctx, parkedSQL).Scan(&aggregates, &waiting)
@@ -682,7 +695,7 @@ SELECT h.aggregate_id FROM (
 	ORDER BY due_at LIMIT $1::INT8
 ) AS h
 LEFT JOIN LATERAL (
-	SELECT j.status, j.next_attempt_at FROM journal AS j WHERE j.id = h.head_id LIMIT 1) AS j ON true
+	SELECT j.status, j.next_attempt_at FROM journal_state AS j WHERE j.id = h.head_id LIMIT 1) AS j ON true
 WHERE j.status IS NULL OR j.status NOT IN ('RECEIVED', 'FAILED') OR j.next_attempt_at > now()`
 
 // RepairStaleHeads recomputes the stale rows among the first window due heads (see

@@ -72,7 +72,8 @@ const SequenceBlock = 65536
 var ErrBatchTooLarge = fmt.Errorf("batch exceeds %d entries, the size of one sequence block", SequenceBlock)
 
 // ingestSQL writes a whole batch in one statement, hence one implicit transaction and
-// one round trip: new journal rows and quarantined messages. It returns the arrival
+// one round trip: new journal rows, each with its state row (journal_state), and
+// quarantined messages. It returns the arrival
 // ordinals of the entries it neither inserted nor found journaled with the same payload:
 // id conflicts (an id already journaled with another payload) and rows another
 // transaction inserted while it ran; racedSQL judges those in a second statement. Most
@@ -113,15 +114,25 @@ block AS MATERIALIZED (
 	SELECT nextval('journal_sequence_no') AS first_seq
 ),
 ins AS (
-	-- status is its default, named so that this release's ingest fails (42703) once a
-	-- newer release has moved the state out of the journal (IsSchemaContracted): a
-	-- journal row without the newer release's state row would never be processed there.
-	-- The message stays unacked for the broker to redeliver to an upgraded instance.
-	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no, trace_context, status)
-	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1, i.trace_context, 'RECEIVED' FROM input AS i CROSS JOIN block AS b
+	INSERT INTO journal (id, payload, event_type, aggregate_id, tag, sequence_no, trace_context)
+	SELECT i.id, i.payload, i.event_type, i.aggregate_id, i.tag, b.first_seq + i.ord - 1, i.trace_context FROM input AS i CROSS JOIN block AS b
 	ORDER BY i.id
 	ON CONFLICT (id) DO NOTHING
-	RETURNING id
+	RETURNING id, aggregate_id, sequence_no
+),
+state AS (
+	-- Each new entry's state row (journal_state, migrations 0026-0028), in the same
+	-- statement. Unreferenced, it still runs once on both databases
+	-- (common-table-expressions#data-modifying-statements). A state row left by an entry
+	-- deleted behind inboxd's back is overwritten: the entry is new.
+	INSERT INTO journal_state (id, aggregate_id, sequence_no, status, attempts, next_attempt_at, updated_at)
+	SELECT n.id, n.aggregate_id, n.sequence_no, 'RECEIVED', 0, now(), now() FROM ins AS n
+	ORDER BY n.id
+	ON CONFLICT (id) DO UPDATE SET aggregate_id = excluded.aggregate_id, sequence_no = excluded.sequence_no,
+	    status = 'RECEIVED', attempts = 0, last_error = NULL, next_attempt_at = excluded.next_attempt_at,
+	    updated_at = excluded.updated_at, processed_at = NULL, skipped_by = NULL, skipped_at = NULL,
+	    last_started_at = NULL, last_duration_ms = NULL
+	RETURNING 1
 ),
 skipped AS (
 	SELECT i.id, i.ord, i.payload FROM input AS i WHERE i.id NOT IN (SELECT id FROM ins)

@@ -74,6 +74,16 @@ func TestIngest(t *testing.T) {
 			if n := count(t, db.Pool, "SELECT count(*) FROM journal"); n != tt.journal {
 				t.Errorf("journal rows = %d, want %d", n, tt.journal)
 			}
+			// Every journal row has its state row, written with it, as ingested.
+			if n := count(t, db.Pool, `SELECT count(*) FROM journal AS j JOIN journal_state AS s ON s.id = j.id
+				WHERE s.aggregate_id = j.aggregate_id AND s.sequence_no = j.sequence_no AND s.status = 'RECEIVED'
+				  AND s.attempts = 0 AND s.last_error IS NULL AND s.processed_at IS NULL AND s.skipped_at IS NULL
+				  AND s.next_attempt_at = j.received_at AND s.updated_at = j.received_at`); n != tt.journal {
+				t.Errorf("journal rows with their state as ingested = %d, want %d", n, tt.journal)
+			}
+			if n := count(t, db.Pool, "SELECT count(*) FROM journal_state"); n != tt.journal {
+				t.Errorf("state rows = %d, want %d (one per journal row)", n, tt.journal)
+			}
 			if n := count(t, db.Pool, "SELECT count(*) FROM quarantine"); n != tt.quar {
 				t.Errorf("quarantine rows = %d, want %d", n, tt.quar)
 			}

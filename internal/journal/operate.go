@@ -26,8 +26,6 @@ import (
 // ErrNotRetryable is returned by RetryOne for an entry that is not FAILED, DEAD or REJECTED.
 var ErrNotRetryable = errors.New("entry is not FAILED, DEAD or REJECTED")
 
-// requeueSet is the requeue's SET list; each statement that uses it mirrors the state it
-// writes into journal_state (mirrorStateSQL).
 const requeueSet = `status = 'FAILED', attempts = 0, next_attempt_at = now(), updated_at = now(),
 	skipped_by = NULL, skipped_at = NULL`
 
@@ -57,11 +55,11 @@ func RetryOne(ctx context.Context, db database.DB, id string) (Record, error) {
 // requeues id if it is FAILED, DEAD or REJECTED (pgx.ErrNoRows otherwise) and moves its
 // aggregate's head in the same transaction, unparking the aggregate of a DEAD head.
 func retryInTx(ctx context.Context, tx pgx.Tx, id string) (Record, error) {
-	r, err := scanRecord(tx.QueryRow(ctx, `WITH u AS (
-		UPDATE journal SET `+requeueSet+`
+	r, err := scanRecord(tx.QueryRow(ctx, `WITH s AS (
+		UPDATE journal_state SET `+requeueSet+`
 		WHERE id = $1::UUID AND status IN ('FAILED', 'DEAD', 'REJECTED')
-		RETURNING *)`+mirrorStateSQL+`
-		SELECT `+recordColumns+` FROM u`, id))
+		RETURNING *)
+		SELECT `+recordColumns+` FROM s JOIN journal AS j ON j.id = s.id`, id))
 	if err != nil {
 		return Record{}, err
 	}
@@ -132,7 +130,7 @@ func CountMatching(ctx context.Context, db database.DB, f Filter, m RequeueMode)
 
 func countMatchingSQL(f Filter, sc requeueScope) (string, []any) {
 	var args []any
-	return "SELECT count(*) FROM journal" + whereClause(sc.where(f, &args)), args
+	return "SELECT count(*) FROM " + sc.from() + whereClause(sc.where(f, &args)), args
 }
 
 // RequeueBatchSize bounds the rows one requeue statement updates, keeping each implicit
@@ -142,21 +140,22 @@ const RequeueBatchSize = 500
 // requeueScope is one index range that a bulk requeue walks in sequence_no order, by
 // keyset: each batch continues where the previous one stopped, so no batch sorts or
 // rereads the entries before it. Entries in FAILED, DEAD or REJECTED are walked one
-// status at a time through journal_attention (status, sequence_no); any other selection
-// one event type at a time through journal_type_seq (event_type, sequence_no).
+// status at a time through journal_state_attention (status, sequence_no), each joined to
+// its journal row by key; any other selection one event type at a time through
+// journal_type_seq (event_type, sequence_no), each joined to its state row by key.
 type requeueScope struct {
 	status    Status // one of attentionStatuses, written into the SQL as a literal
 	eventType string // when status is ""
 }
 
-// attentionStatuses are journal_attention's statuses, in the order a requeue walks them:
+// attentionStatuses are journal_state_attention's statuses, in the order a requeue walks them:
 // FAILED first, so that the DEAD and REJECTED entries a retry turns FAILED are not
 // walked (and counted) a second time.
 var attentionStatuses = []Status{StatusFailed, StatusDead, StatusRejected}
 
-// where is f's WHERE conditions restricted to the scope. A status is a literal, not a
-// parameter, so that the planner proves journal_attention's predicate even in a
-// generic plan.
+// where is f's WHERE conditions (over recordFrom) restricted to the scope. A status is
+// a literal, not a parameter, so that the planner proves journal_state_attention's
+// predicate even in a generic plan.
 func (sc requeueScope) where(f Filter, args *[]any) []string {
 	if sc.status != "" {
 		f.Statuses = nil
@@ -165,12 +164,29 @@ func (sc requeueScope) where(f Filter, args *[]any) []string {
 	}
 	conds := where(f, args)
 	if sc.status != "" {
-		conds = append(conds, "status = '"+string(sc.status)+"'")
+		conds = append(conds, "s.status = '"+string(sc.status)+"'")
 	}
 	return conds
 }
 
-// attentionOnly reports whether every status f selects is one of journal_attention's.
+// from is what the scope's statements read: recordFrom, led by the table whose index
+// the scope walks (the journal's for an event type, journal_state's for a status).
+func (sc requeueScope) from() string {
+	if sc.status != "" {
+		return recordFrom
+	}
+	return `journal AS j JOIN journal_state AS s ON s.id = j.id`
+}
+
+// seq is the sequence_no the scope walks: that of the table whose index it walks.
+func (sc requeueScope) seq() string {
+	if sc.status != "" {
+		return "s.sequence_no"
+	}
+	return "j.sequence_no"
+}
+
+// attentionOnly reports whether every status f selects is one of journal_state_attention's.
 func attentionOnly(f Filter) bool {
 	if len(f.Statuses) == 0 {
 		return false
@@ -224,7 +240,7 @@ func eachScope(ctx context.Context, db database.DB, f Filter, fn func(requeueSco
 // upperSQL is a scope's highest sequence_no: the last entry of its index range.
 func (sc requeueScope) upperSQL() (string, []any) {
 	if sc.status != "" {
-		return "SELECT coalesce(max(sequence_no), 0) FROM journal WHERE status = '" + string(sc.status) + "'", nil
+		return "SELECT coalesce(max(sequence_no), 0) FROM journal_state WHERE status = '" + string(sc.status) + "'", nil
 	}
 	return `SELECT coalesce(max(sequence_no), 0) FROM journal WHERE event_type = $1::TEXT`, []any{sc.eventType}
 }
@@ -279,12 +295,14 @@ func Requeue(ctx context.Context, db database.DB, f Filter, m RequeueMode) (int6
 
 // requeueSQL builds one batch of Requeue: entries of scope sc matching f with
 // after < sequence_no <= upper, the next RequeueBatchSize in the scope's index order.
+// It updates their state rows (journal_state) by key.
 func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (string, []any) {
 	var args []any
 	conds := sc.where(f, &args)
 	args = append(args, after, upper, RequeueBatchSize)
 	n := len(args)
-	conds = append(conds, fmt.Sprintf("sequence_no > $%d::INT8 AND sequence_no <= $%d::INT8", n-2, n-1))
+	seq := sc.seq()
+	conds = append(conds, fmt.Sprintf("%s > $%d::INT8 AND %s <= $%d::INT8", seq, n-2, seq, n-1))
 	// The status check is repeated on the UPDATE so that an entry the engine finished
 	// between the two reads is left alone by a retry.
 	recheck := ""
@@ -292,16 +310,16 @@ func requeueSQL(f Filter, m RequeueMode, sc requeueScope, after, upper int64) (s
 		recheck = " AND status IN ('FAILED', 'DEAD', 'REJECTED')"
 	}
 	return `WITH picked AS (
-				SELECT id, sequence_no FROM journal` + whereClause(conds) + fmt.Sprintf(`
-				ORDER BY sequence_no LIMIT $%d::INT8
+				SELECT j.id, ` + seq + ` AS sequence_no FROM ` + sc.from() + whereClause(conds) + fmt.Sprintf(`
+				ORDER BY %s LIMIT $%d::INT8
 			),
-			u AS (
-				UPDATE journal SET `+requeueSet+`
+			upd AS (
+				UPDATE journal_state SET `+requeueSet+`
 				WHERE id = ANY (ARRAY(SELECT id FROM picked))`+recheck+`
-				RETURNING `+mirrorReturning+`
-			)`+mirrorStateSQL+`
-			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM u),
-			       ARRAY(SELECT DISTINCT aggregate_id FROM u)`, n), args
+				RETURNING aggregate_id
+			)
+			SELECT (SELECT count(*) FROM picked), (SELECT coalesce(max(sequence_no), 0) FROM picked), (SELECT count(*) FROM upd),
+			       ARRAY(SELECT DISTINCT aggregate_id FROM upd)`, seq, n), args
 }
 
 // ReinjectResult says what Reinject did.

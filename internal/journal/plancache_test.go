@@ -108,13 +108,13 @@ func TestSettleIsPlannedForTheJournalAsItIs(t *testing.T) {
 		}
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%UPDATE journal ' || 'AS j%'`).Scan(&n); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%UPDATE journal_state ' || 'AS s%'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
 		t.Errorf("the settle statement is prepared %d times, want never (a prepared statement goes generic)", n)
 	}
-	if got := count(t, pool, `SELECT count(*) FROM journal WHERE status = 'FAILED' AND attempts = 1`); got != runs {
+	if got := count(t, pool, `SELECT count(*) FROM journal_state WHERE status = 'FAILED' AND attempts = 1`); got != runs {
 		t.Errorf("%d entries settled FAILED, want %d", got, runs)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM journal_attempt`); got != runs {

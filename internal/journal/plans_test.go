@@ -21,24 +21,23 @@ func plannedJournal(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	db := testenv.NewDB(t)
-	if _, err := db.Pool.Exec(ctx, `
-		INSERT INTO journal (id, payload, event_type, aggregate_id, status, received_at, updated_at, processed_at)
-		SELECT u, jsonb_build_object('id', u::TEXT), (ARRAY['a', 'b', 'c'])[1 + g % 3], 'agg-' || (g % 1000)::TEXT,
-		       'PROCESSED', now() - INTERVAL '1 day', now() - INTERVAL '1 day', now() - INTERVAL '1 day'
-		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 30000) AS g) AS s`); err != nil {
+	if _, err := db.Pool.Exec(ctx, seedSQL([]string{"received_at"}, []string{"status", "updated_at", "processed_at"}, `
+		SELECT u AS id, jsonb_build_object('id', u::TEXT) AS payload, (ARRAY['a', 'b', 'c'])[1 + g % 3] AS event_type,
+		       'agg-' || (g % 1000)::TEXT AS aggregate_id, 'PROCESSED' AS status, now() - INTERVAL '1 day' AS received_at,
+		       now() - INTERVAL '1 day' AS updated_at, now() - INTERVAL '1 day' AS processed_at
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 30000) AS g) AS s`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `
-		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
-		SELECT u, jsonb_build_object('id', u::TEXT), 'a', 'agg-' || g::TEXT,
-		       (ARRAY['RECEIVED', 'FAILED', 'DEAD', 'REJECTED', 'PROCESSED'])[1 + g % 5]
-		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 50) AS g) AS s`); err != nil {
+	if _, err := db.Pool.Exec(ctx, seedSQL(nil, []string{"status"}, `
+		SELECT u AS id, jsonb_build_object('id', u::TEXT) AS payload, 'a' AS event_type, 'agg-' || g::TEXT AS aggregate_id,
+		       (ARRAY['RECEIVED', 'FAILED', 'DEAD', 'REJECTED', 'PROCESSED'])[1 + g % 5] AS status
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 50) AS g) AS s`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := RebuildHeads(ctx, db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `ANALYZE journal, aggregate_head`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `ANALYZE journal, journal_state, aggregate_head`); err != nil {
 		t.Fatal(err)
 	}
 	return db.Pool
@@ -105,6 +104,8 @@ type planCase struct {
 	want []string // indexes the plan must use ("a|b": either); no plan may scan the journal
 	// bounded: a sequential scan under a LIMIT is allowed, as it reads at most that many rows.
 	bounded bool
+	// stateOnly: the plan must not read the journal table, only journal_state (and others).
+	stateOnly bool
 }
 
 // TestPlansUseIndexes pins every statement that the console, the stats endpoint,
@@ -116,12 +117,12 @@ func TestPlansUseIndexes(t *testing.T) {
 	pool := plannedJournal(t)
 	at := time.Now().Add(-10 * time.Minute)
 	tests := []planCase{
-		{name: "stats: pending by type", sql: countPendingSQL, want: []string{"journal_aggregate_pending"}},
-		{name: "stats: attention by type", sql: countAttentionSQL, want: []string{"journal_attention"}},
-		{name: "stats: oldest pending", sql: pendingAgeSQL, want: []string{"journal_aggregate_pending"}},
+		{name: "stats: pending by type", sql: countPendingSQL, want: []string{"journal_state_pending", "journal_pkey"}},
+		{name: "stats: attention by type", sql: countAttentionSQL, want: []string{"journal_state_attention", "journal_pkey"}},
+		{name: "stats: oldest pending", sql: pendingAgeSQL, want: []string{"journal_state_pending", "journal_pkey"}},
 		{name: "stats: event types", sql: eventTypesSQL, args: []any{MaxEventTypes}, want: []string{"journal_type_seq"}},
 		{name: "stats: small journal counted exactly", sql: countCappedSQL, args: []any{ExactCountLimit + 1}, bounded: true},
-		{name: "rates", sql: ratesSQL, args: []any{at, 10.0}, want: []string{"journal_aggregate_pending", "journal_attention", "journal_terminal"}},
+		{name: "rates", sql: ratesSQL, args: []any{at, 10.0}, want: []string{"journal_state_pending", "journal_state_attention", "journal_state_terminal", "journal_pkey"}},
 		{name: "requeue: next event type", sql: nextTypeSQL, args: []any{"a"}, want: []string{"journal_type_seq"}},
 	}
 	scoped := []struct {
@@ -131,8 +132,8 @@ func TestPlansUseIndexes(t *testing.T) {
 		sc   requeueScope
 		want string
 	}{
-		{"retry, no filter", Filter{Statuses: RetryableStatuses}, Retry, requeueScope{status: StatusDead}, "journal_attention"},
-		{"retry, since", Filter{Statuses: RetryableStatuses, Since: at}, Retry, requeueScope{status: StatusFailed}, "journal_attention|journal_aggregate_pending"},
+		{"retry, no filter", Filter{Statuses: RetryableStatuses}, Retry, requeueScope{status: StatusDead}, "journal_state_attention"},
+		{"retry, since", Filter{Statuses: RetryableStatuses, Since: at}, Retry, requeueScope{status: StatusFailed}, "journal_state_attention|journal_state_pending"},
 		{"replay, since", Filter{Since: at}, Replay, requeueScope{eventType: "a"}, "journal_type_seq"},
 		{"replay, until", Filter{Until: at}, Replay, requeueScope{eventType: "b"}, "journal_type_seq"},
 		{"replay, no filter", Filter{}, Replay, requeueScope{eventType: "c"}, "journal_type_seq"},
@@ -140,16 +141,12 @@ func TestPlansUseIndexes(t *testing.T) {
 	}
 	for _, s := range scoped {
 		sql, args := requeueSQL(s.f, s.m, s.sc, 0, 1<<40)
-		tests = append(tests, planCase{name: "requeue batch: " + s.name, sql: sql, args: args, want: []string{s.want, "journal_pkey"}})
+		// The batch reads journal_state by key for a type's entries, the journal by key
+		// for a status's, and updates journal_state by key.
+		tests = append(tests, planCase{name: "requeue batch: " + s.name, sql: sql, args: args, want: []string{s.want, "journal_state_pkey"}})
 		sql, args = countMatchingSQL(s.f, s.sc)
 		if s.sc.status != "" { // a replay's dry run counts what it would replay: every matching entry of the type
-			tests = append(tests, struct {
-				name    string
-				sql     string
-				args    []any
-				want    []string
-				bounded bool
-			}{name: "requeue count: " + s.name, sql: sql, args: args, want: []string{s.want}})
+			tests = append(tests, planCase{name: "requeue count: " + s.name, sql: sql, args: args, want: []string{s.want}})
 		}
 		sql, args = s.sc.upperSQL()
 		tests = append(tests, planCase{name: "requeue upper bound: " + s.name, sql: sql, args: args, want: []string{s.want}})
@@ -199,8 +196,10 @@ func TestPlanCheckCatchesScans(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"stats", `SELECT event_type, status, count(*) FROM journal GROUP BY event_type, status`, nil},
-		{"rates", `SELECT count(*) FROM journal WHERE received_at >= $1 OR processed_at >= $1`, []any{at}},
+		{"stats", `SELECT j.event_type, s.status, count(*) FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+			GROUP BY j.event_type, s.status`, nil},
+		{"rates", `SELECT count(*) FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+			WHERE j.received_at >= $1 OR s.processed_at >= $1`, []any{at}},
 		{"replay", `SELECT id, sequence_no FROM journal WHERE received_at >= $1::TIMESTAMPTZ AND sequence_no > $2::INT8
 			ORDER BY sequence_no LIMIT 500`, []any{at, int64(0)}},
 		{"max", `SELECT coalesce(max(sequence_no), 0) FROM journal`, nil},
@@ -221,10 +220,10 @@ func TestReadStatsLargeJournal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	small := testenv.NewDB(t).Pool
-	if _, err := small.Exec(ctx, `
-		INSERT INTO journal (id, payload, event_type, aggregate_id, status)
-		SELECT u, jsonb_build_object('id', u::TEXT), (ARRAY['a', 'b'])[1 + g % 2], 'agg', (ARRAY['RECEIVED', 'PROCESSED'])[1 + g % 2]
-		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`, ExactCountLimit); err != nil {
+	if _, err := small.Exec(ctx, seedSQL(nil, []string{"status"}, `
+		SELECT u AS id, jsonb_build_object('id', u::TEXT) AS payload, (ARRAY['a', 'b'])[1 + g % 2] AS event_type, 'agg' AS aggregate_id,
+		       (ARRAY['RECEIVED', 'PROCESSED'])[1 + g % 2] AS status
+		FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, $1::INT8) AS g) AS s`), ExactCountLimit); err != nil {
 		t.Fatal(err)
 	}
 	s, err := ReadStats(ctx, small)
@@ -317,11 +316,11 @@ func TestReadinessIgnoresBacklog(t *testing.T) {
 // anti-join over every pending entry.
 const oldOldestWaitingSQL = `
 	WITH unblocked AS (
-		SELECT j.status, j.received_at, j.next_attempt_at FROM journal AS j
-		WHERE j.status IN ('RECEIVED', 'FAILED')
+		SELECT s.status, j.received_at, s.next_attempt_at FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		WHERE s.status IN ('RECEIVED', 'FAILED')
 		  AND NOT EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			SELECT 1 FROM journal_state AS p
+			WHERE p.aggregate_id = s.aggregate_id AND p.sequence_no < s.sequence_no
 			  AND p.status = 'FAILED' AND p.next_attempt_at > now())
 	)
 	SELECT COALESCE(EXTRACT(EPOCH FROM now() - least(

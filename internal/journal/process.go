@@ -36,12 +36,16 @@ type Head struct {
 	Blocked bool
 }
 
+// lockPendingSQL locks the entry's state row (journal_state), the one processing
+// changes, alone in its sub-select, as every claim does (see lockHeadsSQL).
 const lockPendingSQL = `
-		SELECT id::TEXT, event_type, aggregate_id, sequence_no, tag, payload::TEXT, status, attempts,
-		       next_attempt_at <= now()
-		FROM journal
-		WHERE id = $1 AND status IN ('RECEIVED', 'FAILED')
-		FOR UPDATE`
+		SELECT j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, s.status, s.attempts,
+		       s.next_attempt_at <= now()
+		FROM (
+			SELECT s.id, s.status, s.attempts, s.next_attempt_at FROM journal_state AS s
+			WHERE s.id = $1 AND s.status IN ('RECEIVED', 'FAILED')
+			FOR UPDATE) AS s
+		JOIN journal AS j ON j.id = s.id`
 
 // LockPending locks the entry for the rest of tx if it still waits for processing
 // (RECEIVED or FAILED) and returns it. found is false when the entry does not exist or
@@ -80,7 +84,7 @@ func storable(s string, n int) string {
 // CountByStatus returns the number of entries in one status.
 func CountByStatus(ctx context.Context, db database.DB, status Status) (int64, error) {
 	var n int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE status = $1`, string(status)).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal_state WHERE status = $1`, string(status)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting %s journal entries: %w", status, err)
 	}
 	return n, nil
@@ -88,13 +92,16 @@ func CountByStatus(ctx context.Context, db database.DB, status Status) (int64, e
 
 // RowsAsJSON returns journal entries as JSON objects, one key per column, the way a
 // changefeed renders a row in "after" (ids and timestamps as strings, payload as a
-// nested object). It serves tools and tests that replay rows to the webhook. ids nil
-// means every entry, in sequence_no order.
+// nested object): the journal's columns and its state's (stateColumnsJSON), as one row
+// held them all before v0.3.0. It serves tools and tests that replay rows to the
+// webhook. ids nil means every entry, in sequence_no order.
 func RowsAsJSON(ctx context.Context, db database.DB, ids []string) ([]json.RawMessage, error) {
 	rows, err := db.Query(ctx, `
-		SELECT row_to_json(j)::TEXT FROM journal AS j
-		WHERE $1::UUID[] IS NULL OR j.id = ANY ($1::UUID[])
-		ORDER BY j.sequence_no`, ids)
+		SELECT row_to_json(r)::TEXT FROM (
+			SELECT j.*, `+stateColumnsJSON+`
+			FROM journal AS j JOIN journal_state AS s ON s.id = j.id
+			WHERE $1::UUID[] IS NULL OR j.id = ANY ($1::UUID[])) AS r
+		ORDER BY r.sequence_no`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("reading journal rows: %w", err)
 	}
@@ -109,8 +116,15 @@ func RowsAsJSON(ctx context.Context, db database.DB, ids []string) ([]json.RawMe
 	return out, nil
 }
 
-const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, j.status,
-       j.attempts, j.next_attempt_at <= now(), COALESCE(j.trace_context::TEXT, '')`
+// stateColumnsJSON are the state columns of s (journal_state) that a journal row held
+// before v0.3.0, under the same names: what RowsAsJSON and Received add to j.*.
+const stateColumnsJSON = `s.status, s.attempts, s.last_error, s.next_attempt_at, s.updated_at, s.processed_at,
+       s.skipped_by, s.skipped_at, s.last_started_at, s.last_duration_ms`
+
+// headColumns are a locked entry's columns: its state from s (journal_state), the rest
+// from j (journal).
+const headColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, j.payload::TEXT, s.status,
+       s.attempts, s.next_attempt_at <= now(), COALESCE(j.trace_context::TEXT, '')`
 
 // scanHeads reads rows of headColumns, Blocked and a last column telling whether the
 // row is claimed; the rows that are not are left out.
@@ -131,30 +145,35 @@ func scanHeads(rows pgx.Rows, what string) ([]Head, error) {
 	return slices.DeleteFunc(out, func(h Head) bool { return h.ID == "" }), nil
 }
 
-// lockBatchSQL locks entries $1 by primary key, in sequence order, and tells which are
+// lockBatchSQL locks the state rows of entries $1 by primary key (alone in a sub-select,
+// see lockHeadsSQL), in sequence order, and tells which are
 // still pending (its last column). As in lockHeadsSQL, the WHERE clause is the key
 // alone and the checks are in the select list, so that the plan is a primary-key
 // lookup whatever the statistics say: with the status check in the WHERE clause, an
 // analyzed journal of settled entries made PostgreSQL scan journal_pending and filter
-// it by id. Each EXISTS stays a subplan that probes journal_aggregate_pending or
-// journal_aggregate_parked for the locked row's aggregate. An aggregate under replay
+// it by id. Each EXISTS stays a subplan that probes journal_state_pending or
+// journal_state_parked for the locked row's aggregate. An aggregate under replay
 // (replay_hold, see notHeld) blocks the entry too: it waits for the replay.
 const lockBatchSQL = `
 		SELECT ` + headColumns + `,
 		       EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			SELECT 1 FROM journal_state AS p
+			WHERE p.aggregate_id = s.aggregate_id AND p.sequence_no < s.sequence_no
 			  AND p.status IN ('RECEIVED', 'FAILED') AND p.id <> ALL ($1::UUID[]))
 		       OR EXISTS (
-			SELECT 1 FROM journal AS p
-			WHERE p.aggregate_id = j.aggregate_id AND p.sequence_no < j.sequence_no
+			SELECT 1 FROM journal_state AS p
+			WHERE p.aggregate_id = s.aggregate_id AND p.sequence_no < s.sequence_no
 			  AND p.status = 'DEAD' AND p.skipped_at IS NULL)
-		       OR EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = j.aggregate_id),
-		       j.status IN ('RECEIVED', 'FAILED')
-		FROM journal AS j
-		WHERE j.id = ANY ($1::UUID[])
-		ORDER BY j.sequence_no
-		FOR UPDATE`
+		       OR EXISTS (SELECT 1 FROM replay_hold AS r WHERE r.aggregate_id = s.aggregate_id),
+		       s.status IN ('RECEIVED', 'FAILED')
+		FROM (
+			SELECT s.id, s.aggregate_id, s.sequence_no, s.status, s.attempts, s.next_attempt_at
+			FROM journal_state AS s
+			WHERE s.id = ANY ($1::UUID[])
+			ORDER BY s.sequence_no
+			FOR UPDATE) AS s
+		JOIN journal AS j ON j.id = s.id
+		ORDER BY s.sequence_no`
 
 // LockBatch locks, for the rest of tx, those of ids that are still pending, in
 // sequence order (so that two batches sharing entries lock them in the same order and
@@ -283,7 +302,7 @@ type Attempt struct {
 const maxAttemptsRead = 200
 
 // attemptsSQL reads the history of entry $1, its latest $2 rows, and the PROCESSED
-// attempt that historyOf left out of it, from the journal row (a row the history
+// attempt that historyOf left out of it, from the entry's state row (a row the history
 // already holds for that attempt, written by an earlier release or after immediate
 // retries, wins).
 const attemptsSQL = `
@@ -295,7 +314,7 @@ const attemptsSQL = `
 			UNION ALL
 			SELECT j.attempts::INT8, j.last_started_at, j.last_duration_ms, 1::INT8, 'PROCESSED'::TEXT, NULL::TEXT,
 			       j.processed_at, NULL::TEXT, NULL::TEXT, NULL::JSONB
-			FROM journal AS j
+			FROM journal_state AS j
 			WHERE j.id = $1::UUID AND j.status = 'PROCESSED' AND j.last_started_at IS NOT NULL
 			  AND NOT EXISTS (SELECT 1 FROM journal_attempt AS x
 			                  WHERE x.journal_id = j.id AND x.attempt = j.attempts AND x.outcome = 'PROCESSED')
@@ -329,14 +348,12 @@ const NoHandlerError = "no handler registered for event type"
 
 // wakeNoHandlerSQL makes due the FAILED entries of the given types whose last attempt
 // found no handler and whose next attempt is still ahead (parked, or backing off). Its
-// LIKE pattern is NoHandlerError's text. It mirrors what it writes into journal_state.
-const wakeNoHandlerSQL = `WITH u AS (
-	UPDATE journal SET next_attempt_at = now(), updated_at = now()
-	WHERE status = 'FAILED' AND event_type = ANY($1::TEXT[]) AND next_attempt_at > now()
-	  AND last_error LIKE 'no handler registered for event type%'
-	RETURNING ` + mirrorReturning + `
-)` + mirrorStateSQL + `
-SELECT aggregate_id FROM u`
+// LIKE pattern is NoHandlerError's text.
+const wakeNoHandlerSQL = `UPDATE journal_state AS s SET next_attempt_at = now(), updated_at = now()
+	FROM journal AS j
+	WHERE j.id = s.id AND s.status = 'FAILED' AND j.event_type = ANY($1::TEXT[]) AND s.next_attempt_at > now()
+	  AND s.last_error LIKE 'no handler registered for event type%'
+	RETURNING s.aggregate_id`
 
 // WakeNoHandler makes the entries of eventTypes that failed for want of a handler due
 // now, with their aggregates' heads, for an engine that starts with handlers for them;

@@ -72,8 +72,14 @@ type Page struct {
 	After *int64
 }
 
-const recordColumns = `id::TEXT, event_type, aggregate_id, sequence_no, tag, status, attempts, last_error,
-	next_attempt_at, received_at, updated_at, processed_at, payload, skipped_by, skipped_at`
+// recordColumns are a Record's columns: the entry's from j (journal), its state's from s
+// (journal_state), the two joined by id (recordFrom).
+const recordColumns = `j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.tag, s.status, s.attempts, s.last_error,
+	s.next_attempt_at, j.received_at, s.updated_at, s.processed_at, j.payload, s.skipped_by, s.skipped_at`
+
+// recordFrom is what recordColumns read: every entry has exactly one state row, written
+// with it by ingest.
+const recordFrom = `journal_state AS s JOIN journal AS j ON j.id = s.id`
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var r Record
@@ -84,8 +90,9 @@ func scanRecord(row pgx.Row) (Record, error) {
 	return r, err
 }
 
-// where builds the WHERE conditions of f, appending their arguments to args. Only the
-// given criteria appear in the SQL, so the planner sees exactly what it can use.
+// where builds the WHERE conditions of f over recordFrom (j the journal, s the state),
+// appending their arguments to args. Only the given criteria appear in the SQL, so the
+// planner sees exactly what it can use.
 func where(f Filter, args *[]any) []string {
 	arg := func(v any) string {
 		*args = append(*args, v)
@@ -93,19 +100,19 @@ func where(f Filter, args *[]any) []string {
 	}
 	var conds []string
 	if f.EventType != "" {
-		conds = append(conds, "event_type = "+arg(f.EventType))
+		conds = append(conds, "j.event_type = "+arg(f.EventType))
 	}
 	if len(f.Statuses) > 0 {
-		conds = append(conds, "status = ANY ("+arg(StatusText(f.Statuses))+"::TEXT[])")
+		conds = append(conds, "s.status = ANY ("+arg(StatusText(f.Statuses))+"::TEXT[])")
 	}
 	if hasContains(f.Contains) {
-		conds = append(conds, "payload @> "+arg(string(f.Contains))+"::JSONB")
+		conds = append(conds, "j.payload @> "+arg(string(f.Contains))+"::JSONB")
 	}
 	if !f.Since.IsZero() {
-		conds = append(conds, "received_at >= "+arg(f.Since)+"::TIMESTAMPTZ")
+		conds = append(conds, "j.received_at >= "+arg(f.Since)+"::TIMESTAMPTZ")
 	}
 	if !f.Until.IsZero() {
-		conds = append(conds, "received_at < "+arg(f.Until)+"::TIMESTAMPTZ")
+		conds = append(conds, "j.received_at < "+arg(f.Until)+"::TIMESTAMPTZ")
 	}
 	return conds
 }
@@ -154,18 +161,29 @@ func listSQL(f Filter, p Page) (string, []any) {
 	if p.Desc {
 		dir, cmp = "DESC", "<"
 	}
+	seq := seqColumn(f)
 	if p.After != nil {
 		args = append(args, *p.After)
-		conds = append(conds, fmt.Sprintf("sequence_no %s $%d::INT8", cmp, len(args)))
+		conds = append(conds, fmt.Sprintf("%s %s $%d::INT8", seq, cmp, len(args)))
 	}
 	args = append(args, p.Limit+1)
-	return "SELECT " + recordColumns + " FROM journal" + whereClause(conds) +
-		fmt.Sprintf(" ORDER BY sequence_no %s LIMIT $%d::INT8", dir, len(args)), args
+	return "SELECT " + recordColumns + " FROM " + recordFrom + whereClause(conds) +
+		fmt.Sprintf(" ORDER BY %s %s LIMIT $%d::INT8", seq, dir, len(args)), args
+}
+
+// seqColumn is the sequence_no a listing of f orders and pages by: journal_state's copy
+// when f filters by status (journal_state_attention is (status, sequence_no)), else the
+// journal's (journal_type_seq is (event_type, sequence_no)). The two are equal.
+func seqColumn(f Filter) string {
+	if len(f.Statuses) > 0 {
+		return "s.sequence_no"
+	}
+	return "j.sequence_no"
 }
 
 // Get returns one journal entry by event id (a canonical UUID string).
 func Get(ctx context.Context, db database.DB, id string) (Record, error) {
-	r, err := scanRecord(db.QueryRow(ctx, "SELECT "+recordColumns+" FROM journal WHERE id = $1::UUID", id))
+	r, err := scanRecord(db.QueryRow(ctx, "SELECT "+recordColumns+" FROM "+recordFrom+" WHERE j.id = $1::UUID", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}

@@ -40,10 +40,9 @@ func seed(t *testing.T, db database.DB, typ string, n int, jurisdiction func(i i
 
 func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
+	if _, err := db.Exec(context.Background(), `UPDATE journal_state SET status = $1, attempts = 3, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
 		t.Fatal(err)
 	}
-	mirrorRaw(t, db, ids...)
 }
 
 func TestListFilters(t *testing.T) {
@@ -218,7 +217,6 @@ func TestRetryOne(t *testing.T) {
 	if _, err := journal.RetryOne(ctx, db.Pool, "00000000-0000-4000-8000-999999999999"); !errors.Is(err, journal.ErrNotFound) {
 		t.Errorf("missing entry: %v", err)
 	}
-	noDrift(t, db.Pool)
 }
 
 func TestRequeue(t *testing.T) {
@@ -258,14 +256,13 @@ func TestRequeue(t *testing.T) {
 		})
 	}
 	var failed, zeroAttempts int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'FAILED'), count(*) FILTER (WHERE attempts = 0 AND next_attempt_at <= now())
-		FROM journal WHERE payload @> '{"jurisdiction":"mga"}'`).Scan(&failed, &zeroAttempts); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE s.status = 'FAILED'), count(*) FILTER (WHERE s.attempts = 0 AND s.next_attempt_at <= now())
+		FROM journal_state AS s JOIN journal AS j ON j.id = s.id WHERE j.payload @> '{"jurisdiction":"mga"}'`).Scan(&failed, &zeroAttempts); err != nil {
 		t.Fatal(err)
 	}
 	if failed != (n+1)/2 || zeroAttempts != (n+1)/2 {
 		t.Errorf("after replay: %d FAILED, %d due with 0 attempts; want %d", failed, zeroAttempts, (n+1)/2)
 	}
-	noDrift(t, db.Pool)
 }
 
 // TestRequeueScopes: a requeue walks each status (retry) or each event type (replay
@@ -308,7 +305,6 @@ func TestRequeueScopes(t *testing.T) {
 		setStatus(t, db.Pool, journal.StatusDead, regs[:n-2]...)
 		setStatus(t, db.Pool, journal.StatusRejected, pays...)
 	}
-	noDrift(t, db.Pool)
 }
 
 func TestReinject(t *testing.T) {

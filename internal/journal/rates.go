@@ -20,9 +20,12 @@ type RateBucket struct {
 // the partial indexes only, so its cost follows the window's traffic and the pending
 // work, not the journal's size (received_at and processed_at carry no index, which
 // would cost ingest on every insert): an entry settled in the window is found through
-// journal_terminal (updated_at, which is its processed_at, and never before its
-// received_at), one still pending through journal_aggregate_pending, a DEAD one through
-// journal_attention.
+// journal_state_terminal (updated_at, which is its processed_at, and never before its
+// received_at), one still pending through journal_state_pending, a DEAD one through
+// journal_state_attention; received_at, the journal's, is read by key, one entry at a
+// time (a LATERAL subquery with a LIMIT is not pulled up into a join): as a join, the
+// generic plan hash-joined a scan of the journal to the settled entries of the window.
+// https://www.cockroachlabs.com/docs/stable/subqueries#lateral-subqueries
 func Rates(ctx context.Context, db database.DB, window, bucket time.Duration) ([]RateBucket, time.Time, error) {
 	if bucket <= 0 || window < bucket {
 		return nil, time.Time{}, fmt.Errorf("rates: window %s must be at least one bucket of %s", window, bucket)
@@ -67,15 +70,18 @@ func Rates(ctx context.Context, db database.DB, window, bucket time.Duration) ([
 // seconds) and settled in the window. Statuses are literals so that each branch's filter
 // proves its partial index's predicate.
 const ratesSQL = `SELECT b, sum(r)::INT8, sum(p)::INT8 FROM (
-		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p FROM journal
-		WHERE status IN ('RECEIVED', 'FAILED') AND received_at >= $1::TIMESTAMPTZ
+		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8 AS b, 1 AS r, 0 AS p
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
+		WHERE s.status IN ('RECEIVED', 'FAILED') AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
-		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8, 1, 0 FROM journal
-		WHERE status = 'DEAD' AND received_at >= $1::TIMESTAMPTZ
+		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8, 1, 0
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
+		WHERE s.status = 'DEAD' AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
-		SELECT floor(extract(epoch FROM received_at) / $2::FLOAT8)::INT8, 1, 0 FROM journal
-		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at >= $1::TIMESTAMPTZ AND received_at >= $1::TIMESTAMPTZ
+		SELECT floor(extract(epoch FROM j.received_at) / $2::FLOAT8)::INT8, 1, 0
+		FROM journal_state AS s CROSS JOIN LATERAL (SELECT j.received_at FROM journal AS j WHERE j.id = s.id LIMIT 1) AS j
+		WHERE s.status IN ('PROCESSED', 'REJECTED') AND s.updated_at >= $1::TIMESTAMPTZ AND j.received_at >= $1::TIMESTAMPTZ
 		UNION ALL
-		SELECT floor(extract(epoch FROM updated_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal
-		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at >= $1::TIMESTAMPTZ
+		SELECT floor(extract(epoch FROM s.updated_at) / $2::FLOAT8)::INT8, 0, 1 FROM journal_state AS s
+		WHERE s.status IN ('PROCESSED', 'REJECTED') AND s.updated_at >= $1::TIMESTAMPTZ
 	) AS t GROUP BY b`

@@ -322,9 +322,10 @@ func LockReplayItem(ctx context.Context, tx pgx.Tx, it ReplayItem) (state string
 // sqlLockAggregatePending locks the aggregate's pending journal entries, waiting for a
 // live transaction that claimed one of them before the run held the aggregate: a
 // replayed event of the aggregate then commits after it, never between two replayed
-// ones. (Claims lock the head entry FOR UPDATE, see lockHeadsSQL; a claim that starts
+// ones. It locks their state rows (journal_state), which claims lock. (Claims lock the
+// head entry's FOR UPDATE, see lockHeadsSQL; a claim that starts
 // after the hold sees it and skips the aggregate.)
-const sqlLockAggregatePending = `SELECT id FROM journal
+const sqlLockAggregatePending = `SELECT id FROM journal_state
 	WHERE aggregate_id = $1::TEXT AND status IN ('RECEIVED', 'FAILED')
 	ORDER BY sequence_no FOR UPDATE`
 

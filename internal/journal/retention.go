@@ -11,34 +11,35 @@ import (
 	"github.com/inboxd/inboxd/internal/database"
 )
 
-// Retention on PostgreSQL (CockroachDB uses row-level TTL instead, see internal/feed).
-// Each statement deletes at most limit rows, oldest first, through a partial index
-// (journal_terminal, quarantine_received), so one pass is a short transaction whatever
+// Retention of the journal, on PostgreSQL and, from v0.3.0, on CockroachDB too: a
+// row-level TTL expression reads its own row only, and the journal's status is on
+// journal_state's. (The quarantine and the attempt history expire by row-level TTL on
+// CockroachDB, see internal/feed.) Each statement deletes at most limit rows, oldest
+// first, through a partial index (journal_state_terminal, quarantine_received), so one pass is a short transaction whatever
 // the backlog. Only PROCESSED and REJECTED entries expire: RECEIVED and FAILED entries
 // still need work, DEAD ones need an operator.
 
 // pruneJournalSQL deletes terminal entries last updated more than $1 ms ago. SKIP LOCKED
 // leaves rows an operator or the engine holds; the outer status check is repeated in
 // case a row changed status between the two reads.
-// The entries' attempt history (journal_attempt) goes with them, in the same statement,
-// through its key (journal_id first), and so does their mirrored state (journal_state,
-// by its key); gone_state is left out of the final SELECT, and runs all the same (see
-// state.go).
+// The expired entries are found through their state rows (journal_state_terminal), and
+// each entry's two rows, journal and journal_state, are deleted together, with its
+// attempt history (journal_attempt), in the same statement, each by its key.
 const pruneJournalSQL = `
 WITH gone AS (
-	DELETE FROM journal
+	DELETE FROM journal_state
 	WHERE id IN (
-		SELECT id FROM journal
+		SELECT id FROM journal_state
 		WHERE status IN ('PROCESSED', 'REJECTED') AND updated_at < now() - $1::INT8 * INTERVAL '1 millisecond'
 		ORDER BY updated_at
 		LIMIT $2::INT8
 		FOR UPDATE SKIP LOCKED)
 	  AND status IN ('PROCESSED', 'REJECTED')
 	RETURNING id),
+entries AS (
+	DELETE FROM journal WHERE id IN (SELECT id FROM gone) RETURNING 1),
 history AS (
-	DELETE FROM journal_attempt WHERE journal_id IN (SELECT id FROM gone) RETURNING 1),
-gone_state AS (
-	DELETE FROM journal_state WHERE id IN (SELECT id FROM gone) RETURNING 1)
+	DELETE FROM journal_attempt WHERE journal_id IN (SELECT id FROM gone) RETURNING 1)
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM history)`
 
 // pruneQuarantineSQL deletes quarantine rows received more than $1 ms ago.

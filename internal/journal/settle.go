@@ -21,17 +21,18 @@ import (
 // one row: the outcomes recorded, and the aggregates left with a head that is not
 // parked (SettleHeads).
 //
+// Only journal_state and aggregate_head are written (and journal_attempt): since v0.3.0
+// the journal row is never updated by processing.
+//
 // Its sub-statements share one snapshot and do not see one another's writes
 // (https://www.postgresql.org/docs/15/queries-with.html#QUERIES-WITH-MODIFYING), so the
-// heads are computed from the journal as it was and the outcomes: the earliest pending
-// entry outside the batch (through journal_aggregate_pending, by key) or the batch's
+// heads are computed from journal_state as it was and the outcomes: the earliest pending
+// entry outside the batch (through journal_state_pending, by key) or the batch's
 // earliest FAILED one; likewise for the DEAD entry that parks an aggregate. The result
 // is the same whether or not a read sees the statement's own UPDATE. The caller locks
 // the aggregate_head rows in an earlier statement (lockAggregateHeadsSQL), so that this
 // one's snapshot includes whatever ingest committed for those aggregates (see the
 // package comment in heads.go).
-//
-// The outcomes' journal state is mirrored into journal_state by jstate (see state.go).
 //
 // Each table is modified once: CockroachDB refuses a statement that modifies one table
 // in two places (https://github.com/cockroachdb/cockroach/issues/70731, cockroach PR
@@ -45,19 +46,19 @@ WITH r AS (
 	     AS r(id, status, err, backoff_ms, started_at, duration_ms, runs, skip)
 ),
 u AS (
-	UPDATE journal AS j
-	SET status = r.status, attempts = j.attempts + 1, last_error = r.err,
+	UPDATE journal_state AS s
+	SET status = r.status, attempts = s.attempts + 1, last_error = r.err,
 	    next_attempt_at = CASE WHEN r.status = 'FAILED'
 	                           THEN now() + r.backoff_ms * INTERVAL '1 millisecond'
-	                           ELSE j.next_attempt_at END,
-	    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE j.processed_at END,
+	                           ELSE s.next_attempt_at END,
+	    processed_at = CASE WHEN r.status IN ('PROCESSED', 'REJECTED') THEN now() ELSE s.processed_at END,
 	    updated_at = now(), last_started_at = r.started_at, last_duration_ms = r.duration_ms,
-	    skipped_by = CASE WHEN r.skip THEN $9::TEXT ELSE j.skipped_by END,
-	    skipped_at = CASE WHEN r.skip THEN now() ELSE j.skipped_at END
+	    skipped_by = CASE WHEN r.skip THEN $9::TEXT ELSE s.skipped_by END,
+	    skipped_at = CASE WHEN r.skip THEN now() ELSE s.skipped_at END
 	FROM r
-	WHERE j.id = r.id
-	RETURNING ` + mirrorReturningJ + `
-)` + mirrorStateSQL + `,
+	WHERE s.id = r.id
+	RETURNING s.id, s.aggregate_id, s.sequence_no, s.attempts, s.status, s.next_attempt_at, s.skipped_at
+),
 hist AS (
 	INSERT INTO journal_attempt (journal_id, attempt, started_at, duration_ms, runs, outcome, error)
 	SELECT r.id, u.attempts, r.started_at, r.duration_ms, r.runs, r.status, r.err
@@ -90,11 +91,11 @@ c AS (
 	       CASE WHEN ud.id IS NOT NULL AND (d.id IS NULL OR ud.sequence_no < d.sequence_no) THEN ud.next_attempt_at ELSE d.next_attempt_at END AS ddue
 	FROM a
 	LEFT JOIN LATERAL (
-		SELECT j.id, j.sequence_no, j.next_attempt_at, j.status FROM journal AS j
+		SELECT j.id, j.sequence_no, j.next_attempt_at, j.status FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status IN ('RECEIVED', 'FAILED') AND j.id <> ALL ($1::UUID[])
 		ORDER BY j.sequence_no LIMIT 1) AS p ON true
 	LEFT JOIN LATERAL (
-		SELECT j.id, j.sequence_no, j.next_attempt_at FROM journal AS j
+		SELECT j.id, j.sequence_no, j.next_attempt_at FROM journal_state AS j
 		WHERE j.aggregate_id = a.aggregate_id AND j.status = 'DEAD' AND j.skipped_at IS NULL
 		ORDER BY j.sequence_no LIMIT 1) AS d ON true
 	LEFT JOIN uf ON uf.aggregate_id = a.aggregate_id

@@ -52,15 +52,15 @@ func (s Selection) args() selectionArgs {
 // every filter is a parameter, empty meaning none, so that one constant statement
 // serves every selection.
 const sqlSelectSettled = `SELECT ` + recordColumns + `
-	FROM journal
-	WHERE status = ANY ($1::TEXT[])
-	  AND ($2::TEXT = '' OR event_type = $2::TEXT)
-	  AND ($3::TIMESTAMPTZ IS NULL OR received_at >= $3::TIMESTAMPTZ)
-	  AND ($4::TIMESTAMPTZ IS NULL OR received_at < $4::TIMESTAMPTZ)
-	  AND ($5::TEXT = '' OR aggregate_id = $5::TEXT)
-	  AND (NOT $9::BOOL OR id = ANY ($6::UUID[]))
-	  AND sequence_no > $7::INT8
-	ORDER BY sequence_no
+	FROM ` + recordFrom + `
+	WHERE s.status = ANY ($1::TEXT[])
+	  AND ($2::TEXT = '' OR j.event_type = $2::TEXT)
+	  AND ($3::TIMESTAMPTZ IS NULL OR j.received_at >= $3::TIMESTAMPTZ)
+	  AND ($4::TIMESTAMPTZ IS NULL OR j.received_at < $4::TIMESTAMPTZ)
+	  AND ($5::TEXT = '' OR j.aggregate_id = $5::TEXT)
+	  AND (NOT $9::BOOL OR j.id = ANY ($6::UUID[]))
+	  AND j.sequence_no > $7::INT8
+	ORDER BY j.sequence_no
 	LIMIT $8::INT8`
 
 // SelectSettled returns up to limit events of s after sequence number after, in
@@ -106,20 +106,20 @@ var ErrPlanTooLarge = errors.New("replay plan too large")
 // rows read (the caller asks for one more than it accepts, to tell a plan too large).
 const sqlPlanReplay = `
 WITH sel AS (
-	SELECT id, aggregate_id, sequence_no FROM journal
-	WHERE status = ANY ($1::TEXT[])
-	  AND ($2::TEXT = '' OR event_type = $2::TEXT)
-	  AND ($3::TIMESTAMPTZ IS NULL OR received_at >= $3::TIMESTAMPTZ)
-	  AND ($4::TIMESTAMPTZ IS NULL OR received_at < $4::TIMESTAMPTZ)
-	  AND ($5::TEXT = '' OR aggregate_id = $5::TEXT)
-	  AND (NOT $9::BOOL OR id = ANY ($6::UUID[]))
+	SELECT j.id, j.aggregate_id, j.sequence_no FROM ` + recordFrom + `
+	WHERE s.status = ANY ($1::TEXT[])
+	  AND ($2::TEXT = '' OR j.event_type = $2::TEXT)
+	  AND ($3::TIMESTAMPTZ IS NULL OR j.received_at >= $3::TIMESTAMPTZ)
+	  AND ($4::TIMESTAMPTZ IS NULL OR j.received_at < $4::TIMESTAMPTZ)
+	  AND ($5::TEXT = '' OR j.aggregate_id = $5::TEXT)
+	  AND (NOT $9::BOOL OR j.id = ANY ($6::UUID[]))
 ),
 firsts AS (
 	SELECT aggregate_id, min(sequence_no) AS first_seq FROM sel GROUP BY aggregate_id
 ),
 tail AS (
-	SELECT j.id FROM journal AS j JOIN firsts AS f ON j.aggregate_id = f.aggregate_id
-	WHERE $7::BOOL AND j.sequence_no > f.first_seq AND j.status IN ('PROCESSED', 'REJECTED')
+	SELECT s.id FROM journal_state AS s JOIN firsts AS f ON s.aggregate_id = f.aggregate_id
+	WHERE $7::BOOL AND s.sequence_no > f.first_seq AND s.status IN ('PROCESSED', 'REJECTED')
 )
 SELECT j.id::TEXT, j.event_type, j.aggregate_id, j.sequence_no, j.id IN (SELECT id FROM sel)
 FROM journal AS j

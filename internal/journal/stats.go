@@ -26,8 +26,8 @@ type Stats struct {
 }
 
 // ExactCountLimit is the journal size up to which ReadStats counts every entry. Above it,
-// only the statuses that partial indexes hold (RECEIVED and FAILED in journal_aggregate_pending;
-// FAILED, DEAD and REJECTED in journal_attention) are counted, and the PROCESSED entries,
+// only the statuses that partial indexes hold (RECEIVED and FAILED in journal_state_pending;
+// FAILED, DEAD and REJECTED in journal_state_attention) are counted, and the PROCESSED entries,
 // which are most of a large journal, are estimated: counting them would read the whole
 // journal, about 600 M entries at 1,000 msg/s kept 7 days. The bound is small, so that
 // the count answers in a few milliseconds whatever the size: counting up to 100,001
@@ -86,16 +86,18 @@ func ReadStats(ctx context.Context, db database.DB) (Stats, error) {
 	return s, nil
 }
 
-// pendingAgeSQL reads the oldest pending entry through journal_aggregate_pending, and the quarantine.
+// pendingAgeSQL reads the oldest pending entry through journal_state_pending (its
+// received_at by key), and the quarantine.
 const pendingAgeSQL = `SELECT now(),
-		(SELECT min(received_at) FROM journal WHERE status IN ('RECEIVED', 'FAILED')),
+		(SELECT min(j.received_at) FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		 WHERE s.status IN ('RECEIVED', 'FAILED')),
 		(SELECT count(*) FROM quarantine),
 		(SELECT count(*) FROM quarantine WHERE reinjected_at IS NULL)`
 
 // countCappedSQL counts by type and status at most $1 entries: all of them when the
 // journal is small, and a bounded read when it is not.
 const countCappedSQL = `SELECT t.event_type, t.status, count(*) FROM (
-		SELECT event_type, status FROM journal LIMIT $1::INT8) AS t
+		SELECT j.event_type, s.status FROM journal_state AS s JOIN journal AS j ON j.id = s.id LIMIT $1::INT8) AS t
 	GROUP BY t.event_type, t.status`
 
 // countCapped counts every entry if there are at most ExactCountLimit, and reports
@@ -124,12 +126,12 @@ func countCapped(ctx context.Context, db database.DB, add func(typ string, statu
 // parameters, so that the planner can prove the index's predicate (a generic plan with
 // status = ANY ($1) could not, and would read the whole journal).
 const (
-	// journal_aggregate_pending: RECEIVED and FAILED.
-	countPendingSQL = `SELECT event_type, status, count(*) FROM journal
-		WHERE status IN ('RECEIVED', 'FAILED') GROUP BY event_type, status`
-	// journal_attention: FAILED (counted above), DEAD and REJECTED.
-	countAttentionSQL = `SELECT event_type, status, count(*) FROM journal
-		WHERE status IN ('DEAD', 'REJECTED') GROUP BY event_type, status`
+	// journal_state_pending: RECEIVED and FAILED (each entry's type by key).
+	countPendingSQL = `SELECT j.event_type, s.status, count(*) FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		WHERE s.status IN ('RECEIVED', 'FAILED') GROUP BY j.event_type, s.status`
+	// journal_state_attention: FAILED (counted above), DEAD and REJECTED.
+	countAttentionSQL = `SELECT j.event_type, s.status, count(*) FROM journal_state AS s JOIN journal AS j ON j.id = s.id
+		WHERE s.status IN ('DEAD', 'REJECTED') GROUP BY j.event_type, s.status`
 )
 
 // countIndexed counts the statuses the partial indexes hold, by type.

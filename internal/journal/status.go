@@ -2,8 +2,8 @@ package journal
 
 import "slices"
 
-// Status is a journal entry's status: the journal_status_valid CHECK constraint of
-// migration 0001 lists the same five.
+// Status is a journal entry's status: the journal_state_status_valid CHECK constraint of
+// migration 0026 (journal_status_valid of 0001 before it) lists the same five.
 type Status string
 
 const (
@@ -35,5 +35,5 @@ func StatusText(statuses []Status) []string {
 func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Pending reports whether an entry in s still waits for processing: RECEIVED or FAILED,
-// the statuses of the pending indexes (journal_aggregate_pending).
+// the statuses of the pending index (journal_state_pending).
 func (s Status) Pending() bool { return s == StatusReceived || s == StatusFailed }
