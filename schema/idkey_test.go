@@ -39,8 +39,9 @@ func TestMigration0013KeepsExistingJournal(t *testing.T) {
 		if _, err := pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = 13`); err != nil {
 			t.Fatal(err)
 		}
-		applied, err := schema.Migrate(ctx, pool)
-		// Later migrations (0014, …) are applied by the first run too.
+		// Later migrations (0014, …) are applied by the first run too; forced past 0028's
+		// requirement of v0.2.0, since no older release writes to this database.
+		applied, err := schema.MigrateWith(ctx, pool, schema.Options{Force: true})
 		if err != nil || len(applied) == 0 || applied[0] != "0013_journal_id_key.sql" {
 			t.Fatalf("Migrate = %v, %v; want 0013 applied", applied, err)
 		}
