@@ -19,7 +19,7 @@ import (
 )
 
 // Feed emulates a CockroachDB changefeed on the journal, of the form "inboxd changefeed
-// create" makes (AS SELECT * FROM journal WHERE status = 'RECEIVED'), delivered by the
+// create" makes (AS SELECT * FROM journal WHERE event_op() != 'delete'), delivered by the
 // webhook sink. It is the only push: it reads the journal itself, as the rangefeed
 // would, and posts what changed. It has the sink's documented semantics, each taken from
 // CockroachDB's source (pkg/ccl/changefeedccl) or docs (changefeed-sinks,
@@ -84,7 +84,7 @@ type Feed struct {
 // FeedStats counts what the feed did; Sink.Stats counts the posts.
 type FeedStats struct {
 	Emitted      int // row messages put into batches, duplicates and replays included
-	Changes      int // journal row versions seen as RECEIVED for the first time
+	Changes      int // journal row versions seen for the first time
 	Duplicates   int // rows emitted again by Duplicates
 	Replayed     int // rows emitted again by Replays and restarts
 	Restarts     int // job restarts after a batch ran out of retries
@@ -170,7 +170,7 @@ func (f *Feed) Run(ctx context.Context) error {
 	defer close(work)
 
 	clock := &Clock{}
-	seen := map[string]string{} // id → updated_at of the version emitted
+	seen := map[string]string{} // id → the version emitted, as row_to_json renders it
 	var (
 		buf             []feedRow
 		flushAt         time.Time
@@ -253,18 +253,19 @@ func (f *Feed) Run(ctx context.Context) error {
 		lastPoll = clock.Now()
 		for _, raw := range rows {
 			var r struct {
-				ID        string         `json:"id"`
-				Status    journal.Status `json:"status"`
-				UpdatedAt string         `json:"updated_at"`
+				ID string `json:"id"`
 			}
 			if err := json.Unmarshal(raw, &r); err != nil {
 				return fmt.Errorf("journal row %s: %w", raw, err)
 			}
-			// The CDC query's WHERE: only versions whose new status is RECEIVED.
-			if r.Status != journal.StatusReceived || seen[r.ID] == r.UpdatedAt {
+			// The CDC query's WHERE keeps every version but deletes, and a delete is not
+			// a row here: each version of a row (its insert by ingest, an operator's
+			// edit) is emitted once. Processing writes journal_state, which the feed
+			// does not watch.
+			if seen[r.ID] == string(raw) {
 				continue
 			}
-			seen[r.ID] = r.UpdatedAt
+			seen[r.ID] = string(raw)
 			body, _ := json.Marshal(struct {
 				After   json.RawMessage `json:"after"`
 				Updated string          `json:"updated"`
