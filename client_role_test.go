@@ -161,8 +161,8 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 		return n
 	}
 	testenv.Eventually(t, time.Minute, "5 processed (3 after a failed attempt), 1 dead, 1 quarantined", func() bool {
-		return count(`SELECT count(*) FROM journal WHERE status = 'PROCESSED'`) == 5 &&
-			count(`SELECT count(*) FROM journal WHERE status = 'DEAD'`) == 1 && count(`SELECT count(*) FROM quarantine`) == 1
+		return count(`SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`) == 5 &&
+			count(`SELECT count(*) FROM journal_state WHERE status = 'DEAD'`) == 1 && count(`SELECT count(*) FROM quarantine`) == 1
 	})
 	if n := count(`SELECT count(*) FROM journal_attempt`); n < 3 {
 		t.Errorf("attempts recorded: %d, want at least 3 (the flaky ones' and the poisoned one's)", n)
@@ -185,7 +185,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	}
 	post("/admin/events/"+ids[5]+"/edit-and-retry", fmt.Sprintf(`{"by":"op@example.com","payload":{"id":%q,"poison":false}}`, ids[5]))
 	testenv.Eventually(t, time.Minute, "the edited event processed", func() bool {
-		return count(`SELECT count(*) FROM journal WHERE status = 'PROCESSED'`) == 6
+		return count(`SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`) == 6
 	})
 	var qid string
 	if err := pool.QueryRow(ctx, `SELECT id::text FROM quarantine`).Scan(&qid); err != nil {
@@ -203,7 +203,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 		if _, err := pruner.Pass(ctx); err != nil {
 			t.Fatalf("pruning as the runtime role: %v", err)
 		}
-		return count(`SELECT count(*) FROM journal`) == 0
+		return count(`SELECT count(*) FROM journal`) == 0 && count(`SELECT count(*) FROM journal_state`) == 0
 	})
 	relay := outbox.NewRelay(pool, nil, outbox.Config{Retention: time.Millisecond}, metrics.New(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if _, err := relay.Cleanup(ctx); err != nil {
@@ -334,7 +334,7 @@ func TestUpgradeFromJournalBefore0007(t *testing.T) {
 		return v
 	}
 	testenv.Eventually(t, time.Minute, "every old event processed", func() bool {
-		return count(`SELECT count(*) FROM journal WHERE status = 'PROCESSED'`) == n
+		return count(`SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`) == n
 	})
 	if got := count(`SELECT count(*) FROM old_runs`); got != n {
 		t.Errorf("committed handler runs = %d, want %d", got, n)

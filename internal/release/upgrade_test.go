@@ -262,7 +262,7 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	if err := schema.Check(ctx, db.Pool); err != nil {
 		t.Fatalf("after the new release's migrate: %v", err)
 	}
-	pending := count(`SELECT count(*) FROM journal WHERE status = 'RECEIVED'`)
+	pending := count(`SELECT count(*) FROM journal_state WHERE status = 'RECEIVED'`)
 
 	// The new release as a runtime role with only the grants it prints.
 	role := "inboxd_up_" + testenv.Suffix()
@@ -299,7 +299,7 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	publish(300)
 
 	testenv.Eventually(t, 3*time.Minute, "every registration journaled and processed", func() bool {
-		return count(`SELECT count(*) FROM journal`) == len(ids) && count(`SELECT count(*) FROM journal WHERE status = 'PROCESSED'`) == len(ids)
+		return count(`SELECT count(*) FROM journal`) == len(ids) && count(`SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`) == len(ids)
 	})
 	newer.stop(t)
 	t.Logf("%d registrations (%d pending when the new release migrated), published %d times in all", len(ids), pending, len(ids)+len(ids)/2)
