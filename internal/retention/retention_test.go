@@ -116,7 +116,7 @@ func TestPrunerKeepsWhatItMust(t *testing.T) {
 	// An entry and its state go together: no state is left without its entry, no entry
 	// without its state.
 	var orphans int
-	if err := db.Pool.QueryRow(ctx, `SELECT
+	if err := db.Pool.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM journal_state AS s WHERE NOT EXISTS (SELECT 1 FROM journal AS j WHERE j.id = s.id)) +
 		(SELECT count(*) FROM journal AS j WHERE NOT EXISTS (SELECT 1 FROM journal_state AS s WHERE s.id = j.id))`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Errorf("%d journal or journal_state rows without the other (%v)", orphans, err)
