@@ -99,7 +99,7 @@ func (c assembly) run(ctx context.Context) error {
 		log.Info("events that found no handler are due again: their type has one now", "events", n)
 	}
 	if cfg.SweepGrace == 0 && dialect.Changefeed() {
-		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
+		// The changefeed delivers each event as it is journaled; the sweeper is only its safety net there.
 		cfg.SweepGrace = defaults.SweepGraceCockroachDB
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
