@@ -141,22 +141,22 @@ func checkExactlyOnce(t *testing.T, db *testenv.DB, w workload) {
 	distinct := w.valid + w.rejected
 	testenv.Eventually(t, 90*time.Second, "every event journaled and settled", func() bool {
 		return countOf(t, db, `SELECT count(*) FROM journal`) == distinct &&
-			countOf(t, db, `SELECT count(*) FROM journal WHERE status IN ('RECEIVED','FAILED')`) == 0
+			countOf(t, db, `SELECT count(*) FROM journal_state WHERE status IN ('RECEIVED','FAILED')`) == 0
 	})
 	if got := countOf(t, db, `SELECT count(*) FROM customers`); got != w.valid {
 		t.Errorf("customers = %d, want exactly one per valid registration: %d", got, w.valid)
 	}
-	if got := countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED'`); got != w.valid {
+	if got := countOf(t, db, `SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`); got != w.valid {
 		t.Errorf("PROCESSED = %d, want %d", got, w.valid)
 	}
-	if got := countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'REJECTED'`); got != w.rejected {
+	if got := countOf(t, db, `SELECT count(*) FROM journal_state WHERE status = 'REJECTED'`); got != w.rejected {
 		t.Errorf("REJECTED = %d, want %d", got, w.rejected)
 	}
 	if got := countOf(t, db, `SELECT count(*) FROM quarantine`); got != w.malformed {
 		t.Errorf("quarantine = %d, want %d", got, w.malformed)
 	}
 	// Every customer belongs to a PROCESSED event: no effect without its status, and back.
-	if got := countOf(t, db, `SELECT count(*) FROM customers c JOIN journal j ON j.id = c.id WHERE j.status = 'PROCESSED'`); got != w.valid {
+	if got := countOf(t, db, `SELECT count(*) FROM customers c JOIN journal_state s ON s.id = c.id WHERE s.status = 'PROCESSED'`); got != w.valid {
 		t.Errorf("customers with a PROCESSED event = %d, want %d", got, w.valid)
 	}
 	t.Logf("published %d messages: %d customers, %d rejected, %d quarantined", len(w.messages), w.valid, w.rejected, w.malformed)
@@ -300,6 +300,6 @@ func TestRegistrationThroughVirtualTopic(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, 30*time.Second, "registrations processed", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED' AND tag = $1`, "/queue/Consumer.inboxd."+name) == n
+		return countOf(t, db, `SELECT count(*) FROM journal j JOIN journal_state s ON s.id = j.id WHERE s.status = 'PROCESSED' AND j.tag = $1`, "/queue/Consumer.inboxd."+name) == n
 	})
 }

@@ -113,7 +113,7 @@ func TestClientLifecycle(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "order "+id+" PROCESSED with its effect", func() bool {
 			var status string
 			var total int
-			err := db.Pool.QueryRow(ctx, `SELECT j.status, o.total FROM journal j JOIN orders o ON o.id = j.id WHERE j.id = $1`, id).Scan(&status, &total)
+			err := db.Pool.QueryRow(ctx, `SELECT s.status, o.total FROM journal_state s JOIN orders o ON o.id = s.id WHERE s.id = $1`, id).Scan(&status, &total)
 			return err == nil && status == "PROCESSED" && total == 7
 		})
 	}

@@ -84,7 +84,7 @@ func TestServiceOverTLS(t *testing.T) {
 				t.Fatalf("POST /registration = %d %s", resp.StatusCode, out)
 			}
 			testenv.Eventually(t, 60*time.Second, "the registration published over TLS, ingested over TLS and processed", func() bool {
-				return countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED'`) == 1
+				return countOf(t, db, `SELECT count(*) FROM journal_state WHERE status = 'PROCESSED'`) == 1
 			})
 		})
 	}

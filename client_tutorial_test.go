@@ -100,7 +100,7 @@ func TestTutorialVerbatim(t *testing.T) {
 	// POST /registration publishes to the first destination, which inboxd consumes.
 	ctx := context.Background()
 	testenv.Eventually(t, 60*time.Second, "both registrations processed and their events relayed", func() bool {
-		return countOf(t, db, `SELECT count(*) FROM journal WHERE status = 'PROCESSED' AND id = ANY($1::UUID[])`, ids) == 2 &&
+		return countOf(t, db, `SELECT count(*) FROM journal_state WHERE status = 'PROCESSED' AND id = ANY($1::UUID[])`, ids) == 2 &&
 			countOf(t, db, `SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL`) == 2
 	})
 	if n := countOf(t, db, `SELECT count(*) FROM customers`); n != 2 {

@@ -248,9 +248,9 @@ type Config struct {
 	StallAfter time.Duration
 
 	// MigrateAtStart makes Run apply inboxd's pending migrations when it starts, under the
-	// migration lock, and on CockroachDB set the row-level TTL of Retention and
-	// QuarantineRetention, as Migrate with WithRetention does; it needs the schema owner's
-	// rights (DDL) (INBOXD_MIGRATE=auto).
+	// migration lock, and on CockroachDB set the row-level TTL of Retention (the attempt
+	// history's) and QuarantineRetention, as Migrate with WithRetention does; it needs
+	// the schema owner's rights (DDL) (INBOXD_MIGRATE=auto).
 	// Defaults to false: Run changes no schema and only checks that the database's is one
 	// this release serves (behind, or ahead by migrations that contract it, is refused),
 	// so that a role with SELECT, INSERT, UPDATE and DELETE rights runs it; migrate first

@@ -15,8 +15,9 @@ import (
 )
 
 // Migrate creates or updates inboxd's tables in the database of pool (idempotent). On
-// CockroachDB it also sets the row-level TTL of the journal and quarantine: the defaults,
-// or a Config's with WithRetention.
+// CockroachDB it also sets the row-level TTL of the journal's attempt history and the
+// quarantine, the defaults or a Config's with WithRetention, and removes the journal's
+// (Run's pruner deletes expired entries, whose status is in journal_state).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) error {
 	// Detected first: it refuses a CockroachDB older than database.MinVersion before
 	// any migration runs.
@@ -61,9 +62,10 @@ type migrateOptions struct {
 }
 
 // WithRetention makes Migrate set, on CockroachDB, the row-level TTL that keeps the
-// journal and the quarantine as long as cfg says (Config.Retention and
+// journal's attempt history and the quarantine as long as cfg says (Config.Retention and
 // QuarantineRetention: zero the default, negative forever), instead of the defaults (7
-// and 30 days). A TTL is a schema change, so it is the migrating step's (an owner
+// and 30 days). The journal's entries themselves are deleted by Run's pruner, after
+// Config.Retention, on either database. A TTL is a schema change, so it is the migrating step's (an owner
 // role's), never Run's: Run only compares the TTL in force with its Config and warns
 // when they differ. On PostgreSQL Run deletes expired rows itself, and this does nothing.
 // https://www.cockroachlabs.com/docs/stable/row-level-ttl

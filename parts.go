@@ -99,7 +99,7 @@ func (c assembly) run(ctx context.Context) error {
 		log.Info("events that found no handler are due again: their type has one now", "events", n)
 	}
 	if cfg.SweepGrace == 0 && dialect.Changefeed() {
-		// The changefeed delivers RECEIVED rows; the sweeper is only its safety net there.
+		// The changefeed delivers each event as it is journaled; the sweeper is only its safety net there.
 		cfg.SweepGrace = defaults.SweepGraceCockroachDB
 	}
 	log.Info("sweeper", "interval", cfg.SweepInterval, "grace", cfg.SweepGrace)
@@ -203,16 +203,11 @@ func (c assembly) run(ctx context.Context) error {
 			return hook.Run(ctx, workBudget)
 		}})
 	}
-	// On CockroachDB row-level TTL (set by the migrating step) deletes expired rows;
-	// checkRetention warns when it is not the Config's.
+	// On CockroachDB row-level TTL (set by the migrating step) deletes expired quarantine
+	// rows and attempt history; checkRetention warns when it is not the Config's.
 	checkRetention(ctx, c.pool, dialect, cfg, log)
 	keep := retentionOf(cfg) // negative: forever, the pruner's zero
-	// Replay runs that ended expire with the journal's retention, on both databases
-	// (row-level TTL cannot tell an ended run's items from a running one's).
-	rcfg := retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine, Replay: keep.Journal}
-	if dialect.RowTTL() {
-		rcfg = retention.Config{Replay: keep.Journal}
-	}
+	rcfg := pruneConfig(keep, dialect.RowTTL())
 	rcfg.Contraction = contraction
 	if pruner := retention.New(c.pool, rcfg, log.With("component", "retention")); pruner.Enabled() {
 		work.Parts = append(work.Parts, lifecycle.Part{Name: "retention", Run: pruner.Run})
@@ -419,4 +414,18 @@ func copySettings(dst any, c Config, prefix string, byHand ...string) {
 			panic(fmt.Sprintf("inboxd: %s.%s is a %s, Config's namesake a %s: convert it by hand (byHand)", d.Type(), f.Name, f.Type, v.Type()))
 		}
 	}
+}
+
+// pruneConfig is what the retention pruner deletes, given the retention (feed's terms:
+// zero keeps forever) and whether the database has row-level TTL. The journal and the
+// replay runs that ended expire with the journal's retention on both databases: a
+// row-level TTL cannot tell an ended run's items from a running one's, nor a settled
+// entry from one that still needs work (its status is in journal_state, which a TTL
+// expression on the journal cannot read). The quarantine's TTL is CockroachDB's.
+func pruneConfig(keep feed.Retention, rowTTL bool) retention.Config {
+	rcfg := retention.Config{Journal: keep.Journal, Quarantine: keep.Quarantine, Replay: keep.Journal}
+	if rowTTL {
+		rcfg.Quarantine = 0
+	}
+	return rcfg
 }

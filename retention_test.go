@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/inboxd/inboxd/internal/feed"
+	"github.com/inboxd/inboxd/internal/retention"
 )
 
 // TestMigrateRetention: Migrate sets on CockroachDB the retention a Config asks for
@@ -34,13 +35,46 @@ func TestMigrateRetention(t *testing.T) {
 			}
 		})
 	}
-	// Run compares the TTL in force with the same Config: the defaults in force agree
-	// with a Config that sets none, and not with an embedder's.
+	// Run compares the TTL in force with the same Config: the defaults in force (no TTL
+	// on the journal, whose retention the pruner keeps) agree with a Config that sets
+	// none, and not with an embedder's quarantine retention, nor with a journal TTL left
+	// from before v0.3.0.
 	inForce := func(d time.Duration) feed.TTLInForce { return feed.TTLInForce{Set: true, Known: true, Retention: d} }
-	if d := feed.RetentionDrift(retentionOf(Config{}.WithDefaults()), inForce(7*day), inForce(30*day)); len(d) != 0 {
+	if d := feed.RetentionDrift(retentionOf(Config{}.WithDefaults()), feed.TTLInForce{}, inForce(30*day)); len(d) != 0 {
 		t.Errorf("defaults: %q", d)
 	}
-	if d := feed.RetentionDrift(retentionOf(Config{Retention: 3 * day}.WithDefaults()), inForce(7*day), inForce(30*day)); len(d) != 1 {
-		t.Errorf("an embedder's retention against the defaults in force: %q", d)
+	if d := feed.RetentionDrift(retentionOf(Config{Retention: 3 * day}.WithDefaults()), feed.TTLInForce{}, inForce(30*day)); len(d) != 0 {
+		t.Errorf("an embedder's journal retention is the pruner's: %q", d)
+	}
+	if d := feed.RetentionDrift(retentionOf(Config{QuarantineRetention: 3 * day}.WithDefaults()), feed.TTLInForce{}, inForce(30*day)); len(d) != 1 {
+		t.Errorf("an embedder's quarantine retention against the defaults in force: %q", d)
+	}
+	if d := feed.RetentionDrift(retentionOf(Config{}.WithDefaults()), inForce(7*day), inForce(30*day)); len(d) != 1 {
+		t.Errorf("a journal TTL from before v0.3.0: %q", d)
+	}
+}
+
+// TestPruneConfig: the pruner deletes expired journal entries on CockroachDB too (the
+// journal's status is in journal_state, which the journal's row-level TTL cannot read);
+// only the quarantine is left to CockroachDB's TTL.
+func TestPruneConfig(t *testing.T) {
+	day := 24 * time.Hour
+	keep := feed.Retention{Journal: 7 * day, Quarantine: 30 * day}
+	tests := []struct {
+		name   string
+		keep   feed.Retention
+		rowTTL bool
+		want   retention.Config
+	}{
+		{"postgresql", keep, false, retention.Config{Journal: 7 * day, Quarantine: 30 * day, Replay: 7 * day}},
+		{"cockroachdb", keep, true, retention.Config{Journal: 7 * day, Replay: 7 * day}},
+		{"forever", feed.Retention{}, true, retention.Config{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pruneConfig(tt.keep, tt.rowTTL); got != tt.want {
+				t.Errorf("pruneConfig = %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -103,7 +103,7 @@ func TestDocsQuickStartProcessesAnEvent(t *testing.T) {
 			return false // not created yet
 		}
 		defer conn.Close(ctx)
-		if err := conn.QueryRow(ctx, `SELECT status FROM journal WHERE id = $1`, id).Scan(&status); err != nil || status != "PROCESSED" {
+		if err := conn.QueryRow(ctx, `SELECT status FROM journal_state WHERE id = $1`, id).Scan(&status); err != nil || status != "PROCESSED" {
 			return false
 		}
 		return conn.QueryRow(ctx, `SELECT body::text FROM orders WHERE id = 'ord-0001'`).Scan(&body) == nil

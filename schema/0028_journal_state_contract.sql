@@ -69,6 +69,12 @@ DROP INDEX IF EXISTS journal_pending;
 -- inboxd:only cockroachdb
 ALTER TABLE journal RESET (ttl);
 
+-- v0.2.0 expired journal_state with the journal's expression; the pruner deletes an
+-- entry and its state row together from now on, and finds the entry through the state
+-- row, so the state row must not expire on its own first.
+-- inboxd:only cockroachdb
+ALTER TABLE journal_state RESET (ttl);
+
 -- 3. The state columns and the CHECK on status. DROP CONSTRAINT and DROP COLUMN take
 -- IF EXISTS on both databases, so a second run is a no-op; CockroachDB drops a column
 -- in an online schema change, the rows' values left for its garbage collection

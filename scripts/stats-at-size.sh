@@ -18,28 +18,40 @@ P="psql $PGURL/$DB -v ON_ERROR_STOP=1 -qAt"
 if ! psql "$PGURL/postgres" -qAt -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
   psql "$PGURL/postgres" -q -c "CREATE DATABASE $DB"
   "$INBOXD" migrate -database-url "$PGURL/$DB?sslmode=disable" >/dev/null
-  $P -c "SELECT indexdef FROM pg_indexes WHERE tablename = 'journal' AND indexname <> 'journal_pkey'" > "/tmp/$DB.indexes"
-  for i in $($P -c "SELECT indexname FROM pg_indexes WHERE tablename = 'journal' AND indexname <> 'journal_pkey'"); do
+  # An entry is two rows: journal (the event) and journal_state (its state), as ingest
+  # writes them.
+  tables="tablename IN ('journal', 'journal_state') AND indexname NOT IN ('journal_pkey', 'journal_state_pkey')"
+  $P -c "SELECT indexdef FROM pg_indexes WHERE $tables" > "/tmp/$DB.indexes"
+  for i in $($P -c "SELECT indexname FROM pg_indexes WHERE $tables"); do
     $P -c "DROP INDEX $i"
   done
   for ((s = 0; s < N; s += 1000000)); do
-    $P -c "INSERT INTO journal (id, payload, event_type, aggregate_id, tag, status, attempts, received_at, updated_at, processed_at)
+    $P -c "WITH j AS (
+      INSERT INTO journal (id, payload, event_type, aggregate_id, tag, received_at)
       SELECT u, jsonb_build_object('id', u::TEXT, 'type', t, 'aggregateId', 'c-' || (g % 500000)::TEXT,
                'data', jsonb_build_object('email', 'user' || g::TEXT || '@example.com', 'jurisdiction', (ARRAY['mga','ukgc'])[1 + g % 2])),
-             t, 'c-' || (g % 500000)::TEXT, '/queue/events', 'PROCESSED', 1,
-             now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second', now() - (g % 500000) * INTERVAL '1 second'
+             t, 'c-' || (g % 500000)::TEXT, '/queue/events', now() - (g % 500000) * INTERVAL '1 second'
       FROM (SELECT g, (ARRAY['registration','payment','deposit','withdrawal','login'])[1 + g % 5] AS t, gen_random_uuid() AS u
-            FROM generate_series($s + 1, least($s + 1000000, $N)) AS g) AS x"
+            FROM generate_series($s + 1, least($s + 1000000, $N)) AS g) AS x
+      RETURNING id, aggregate_id, sequence_no, received_at)
+      INSERT INTO journal_state (id, aggregate_id, sequence_no, status, attempts, next_attempt_at, updated_at, processed_at)
+      SELECT id, aggregate_id, sequence_no, 'PROCESSED', 1, received_at, received_at, received_at FROM j"
     echo "$(date -u +%T) $((s + 1000000 < N ? s + 1000000 : N)) settled entries" >&2
   done
   # Pending and failed work, due in an hour so that serve leaves it as it is.
   # The id is given, as ingest gives it (migration 0013): the event id.
-  $P -c "INSERT INTO journal (id, payload, event_type, aggregate_id, status, next_attempt_at)
-    SELECT u, jsonb_build_object('id', u::TEXT), 'registration', 'p-' || g::TEXT,
-           (ARRAY['RECEIVED','RECEIVED','RECEIVED','RECEIVED','FAILED','DEAD','REJECTED','REJECTED'])[1 + g % 8], now() + INTERVAL '1 hour'
-    FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 2000) AS g) AS x"
+  $P -c "WITH j AS (
+    INSERT INTO journal (id, payload, event_type, aggregate_id)
+    SELECT u, jsonb_build_object('id', u::TEXT), 'registration', 'p-' || g::TEXT
+    FROM (SELECT g, gen_random_uuid() AS u FROM generate_series(1, 2000) AS g) AS x
+    RETURNING id, aggregate_id, sequence_no)
+    INSERT INTO journal_state (id, aggregate_id, sequence_no, status, next_attempt_at)
+    SELECT id, aggregate_id, sequence_no,
+           (ARRAY['RECEIVED','RECEIVED','RECEIVED','RECEIVED','FAILED','DEAD','REJECTED','REJECTED'])[1 + sequence_no % 8], now() + INTERVAL '1 hour'
+    FROM j"
   while read -r def; do $P -c "$def"; done < "/tmp/$DB.indexes"
   $P -c "VACUUM ANALYZE journal"
+  $P -c "VACUUM ANALYZE journal_state"
 fi
 
 # A kept database may predate this binary's migrations: serve would refuse it.

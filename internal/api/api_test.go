@@ -80,7 +80,7 @@ func seedEvents(t *testing.T, db database.DB, eventType string, payloads ...map[
 
 func setStatus(t *testing.T, db database.DB, status journal.Status, ids ...string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `UPDATE journal SET status = $1, attempts = 5, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
+	if _, err := db.Exec(context.Background(), `UPDATE journal_state SET status = $1, attempts = 5, last_error = 'boom' WHERE id = ANY ($2::UUID[])`, string(status), ids); err != nil {
 		t.Fatal(err)
 	}
 	if err := journal.SyncHeadsOf(context.Background(), db, ids); err != nil {

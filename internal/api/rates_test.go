@@ -19,8 +19,9 @@ func TestJournalRates(t *testing.T) {
 		sql string
 		id  string
 	}{
-		{`UPDATE journal SET received_at = now() - interval '5 minutes', processed_at = now() - interval '4 minutes', updated_at = now() - interval '4 minutes', status = 'PROCESSED' WHERE id = $1`, ids[0]},
-		{`UPDATE journal SET processed_at = now(), status = 'PROCESSED' WHERE id = $1`, ids[1]},
+		{`UPDATE journal SET received_at = now() - interval '5 minutes' WHERE id = $1`, ids[0]},
+		{`UPDATE journal_state SET processed_at = now() - interval '4 minutes', updated_at = now() - interval '4 minutes', status = 'PROCESSED' WHERE id = $1`, ids[0]},
+		{`UPDATE journal_state SET processed_at = now(), status = 'PROCESSED' WHERE id = $1`, ids[1]},
 		{`UPDATE journal SET received_at = now() - interval '20 minutes' WHERE id = $1`, ids[2]},
 	} {
 		if _, err := h.db.Pool.Exec(ctx, q.sql, q.id); err != nil {
@@ -78,7 +79,7 @@ func TestCrossOriginRefused(t *testing.T) {
 		expectError(t, h.do(t, http.MethodPost, "/admin/events/replay", `{"type":"registration"}`, hdr...), http.StatusForbidden)
 	}
 	var st string
-	if err := h.db.Pool.QueryRow(context.Background(), `SELECT status FROM journal WHERE id = $1`, ids[0]).Scan(&st); err != nil || st != "DEAD" {
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT status FROM journal_state WHERE id = $1`, ids[0]).Scan(&st); err != nil || st != "DEAD" {
 		t.Fatalf("status %q (%v) after refused requests, want DEAD", st, err)
 	}
 	// Reading stays open to any origin's navigation; only unsafe methods are checked.

@@ -16,7 +16,7 @@ func TestReplayRoutes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	ids := seedEvents(t, h.db.Pool, "order.placed", map[string]any{"aggregateId": "a"}, map[string]any{"aggregateId": "a"})
-	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE journal SET status = 'PROCESSED'`); err != nil {
+	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE journal_state SET status = 'PROCESSED'`); err != nil {
 		t.Fatal(err)
 	}
 	r := h.do(t, "POST", "/admin/replays", map[string]any{"type": "order.placed"})

@@ -44,7 +44,7 @@ func runChangefeed(ctx context.Context, e *env, args []string) error {
 	)
 	cfg, _, err := parseFlags(e, "changefeed", action+" [flags]", args[1:], func(fs *flag.FlagSet) {
 		fs.Int64Var(&jobID, "job", 0, "changefeed job id (default: the job whose sink is -webhook-url)")
-		fs.StringVar(&mode, "mode", string(feed.ModeFiltered), "create: filtered (CDC query, RECEIVED rows only) or table (every change)")
+		fs.StringVar(&mode, "mode", string(feed.ModeFiltered), "create: filtered (CDC query: journaled and edited events, no deletes) or table (every change)")
 		fs.BoolVar(&insecure, "insecure-skip-verify", false, "create: skip TLS verification instead of passing the CA (not recommended)")
 		fs.StringVar(&cursor, "cursor", "", "create: resume from this HLC (e.g. the last resolved timestamp) without an initial scan")
 		fs.DurationVar(&resolved, "resolved", 10*time.Second, "create: resolved timestamp interval (also min_checkpoint_frequency)")

@@ -113,7 +113,7 @@ func TestMigratePrintGrants(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "journal", `, `"customers" TO "app";`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "journal", `, `, "journal_state", `, `"customers" TO "app";`,
 		`GRANT SELECT ON TABLE schema_migrations TO "app";`, `GRANT USAGE, SELECT, UPDATE ON SEQUENCE "journal_sequence_no", "outbox_seq" TO "app";`,
 		`-- GRANT CHANGEFEED ON TABLE journal, outbox TO "app";`, `-- GRANT SYSTEM VIEWJOB, CONTROLJOB TO "app";`,
 	} {

@@ -125,7 +125,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		f.open(t, "/ui/")
 		f.waitLoaded(t)
 		for _, st := range []string{"RECEIVED", "PROCESSED", "FAILED", "DEAD", "REJECTED"} {
-			want := f.sql(t, `SELECT count(*) FROM journal WHERE status = $1`, st)
+			want := f.sql(t, `SELECT count(*) FROM journal_state WHERE status = $1`, st)
 			if got := f.number(t, "#count-"+st); got != want {
 				t.Errorf("%s: page shows %d, database has %d", st, got, want)
 			}
@@ -136,7 +136,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got, want := f.number(t, "#quarantine"), f.sql(t, `SELECT count(*) FROM quarantine`); got != want {
 			t.Errorf("quarantine: page %d, database %d", got, want)
 		}
-		if got, want := f.number(t, `#by-type td[data-type="`+flakyType+`"][data-status="DEAD"]`), f.sql(t, `SELECT count(*) FROM journal WHERE event_type = $1 AND status = 'DEAD'`, flakyType); got != want {
+		if got, want := f.number(t, `#by-type td[data-type="`+flakyType+`"][data-status="DEAD"]`), f.sql(t, `SELECT count(*) FROM journal j JOIN journal_state s ON s.id = j.id WHERE j.event_type = $1 AND s.status = 'DEAD'`, flakyType); got != want {
 			t.Errorf("by type %s/DEAD: page %d, database %d", flakyType, got, want)
 		}
 		f.waitFor(t, `document.querySelectorAll('#chart polyline').length === 2`, "the rate chart")
@@ -298,7 +298,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		f.waitLoaded(t)
 		f.run(t, "plan without a criterion", chromedp.Click(`#plan-submit`, chromedp.ByQuery))
 		f.waitFor(t, `document.getElementById('plan-result').textContent.startsWith('Give at least one of')`, "the refusal of a plan of everything")
-		want := f.sql(t, `SELECT count(*) FROM journal WHERE event_type = $1 AND status = 'PROCESSED'`, registration.EventType)
+		want := f.sql(t, `SELECT count(*) FROM journal j JOIN journal_state s ON s.id = j.id WHERE j.event_type = $1 AND s.status = 'PROCESSED'`, registration.EventType)
 		f.run(t, "plan the processed registrations", chromedp.SendKeys(`#plan-form input[name=type]`, registration.EventType, chromedp.ByQuery),
 			chromedp.Click(`#plan-submit`, chromedp.ByQuery))
 		f.waitFor(t, `(document.getElementById('plan-done') || {}).textContent?.startsWith('Planned `+fmt.Sprint(want)+` events (`+fmt.Sprint(want)+` selected, 0 added by the tail rule)')`, "the plan's counts")
@@ -449,10 +449,10 @@ func newFixture(t *testing.T, chromium string) *fixture {
 	publish(t, queue, msgs)
 	testenv.Eventually(t, 60*time.Second, "the journal to settle", func() bool {
 		// One statement, one snapshot: all 9 journaled and none pending.
-		return f.sql(t, `SELECT count(*) FROM journal WHERE status NOT IN ('RECEIVED','FAILED')`) == 9 &&
+		return f.sql(t, `SELECT count(*) FROM journal_state WHERE status NOT IN ('RECEIVED','FAILED')`) == 9 &&
 			f.sql(t, `SELECT count(*) FROM quarantine`) == 2
 	})
-	if n := f.sql(t, `SELECT count(*) FROM journal WHERE status = 'DEAD'`); n != 3 {
+	if n := f.sql(t, `SELECT count(*) FROM journal_state WHERE status = 'DEAD'`); n != 3 {
 		t.Fatalf("DEAD = %d, want 3", n)
 	}
 
@@ -587,7 +587,7 @@ func (f *fixture) sql(t *testing.T, q string, args ...any) int {
 func (f *fixture) status(t *testing.T, id string) string {
 	t.Helper()
 	var s string
-	if err := f.db.Pool.QueryRow(context.Background(), `SELECT status FROM journal WHERE id = $1`, id).Scan(&s); err != nil {
+	if err := f.db.Pool.QueryRow(context.Background(), `SELECT status FROM journal_state WHERE id = $1`, id).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s

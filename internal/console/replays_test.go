@@ -60,7 +60,7 @@ func newReplaysSite(t *testing.T) *replaysSite {
 	if _, err := journal.Ingest(ctx, db.Pool, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'PROCESSED'`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = 'PROCESSED'`); err != nil {
 		t.Fatal(err)
 	}
 	return s

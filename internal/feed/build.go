@@ -11,18 +11,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/inboxd/inboxd/internal/journal"
 )
 
 // Mode chooses which journal changes the feed emits.
 type Mode string
 
 const (
-	// ModeFiltered emits only rows whose new version has status RECEIVED, through a CDC
-	// query. The default; see the package doc for why.
+	// ModeFiltered emits the journal's inserts and updates but never its deletes, through
+	// a CDC query. The default; see the package doc for why.
 	ModeFiltered Mode = "filtered"
-	// ModeTable emits every change of the journal table (status updates and deletes too).
+	// ModeTable emits every change of the journal table (deletes too).
 	ModeTable Mode = "table"
 )
 
@@ -318,8 +316,8 @@ func BuildCreate(o Options) (string, error) {
 		fmt.Fprintf(&b, "CREATE CHANGEFEED FOR TABLE %s INTO %s WITH %s", o.Table, into, opts)
 	default:
 		// CDC query: https://www.cockroachlabs.com/docs/stable/cdc-queries
-		fmt.Fprintf(&b, "CREATE CHANGEFEED INTO %s WITH %s AS SELECT * FROM %s WHERE status = %s",
-			into, opts, o.Table, quote(string(journal.StatusReceived)))
+		fmt.Fprintf(&b, "CREATE CHANGEFEED INTO %s WITH %s AS SELECT * FROM %s WHERE %s",
+			into, opts, o.Table, journalPredicate)
 	}
 	return b.String(), nil
 }
@@ -483,6 +481,14 @@ func BuildOutboxCreate(o Options) (string, error) {
 	return fmt.Sprintf("CREATE CHANGEFEED INTO %s WITH %s AS SELECT id FROM outbox WHERE %s",
 		quote(sinkURI(sink, o)), opts, outboxPredicate), nil
 }
+
+// journalPredicate selects the journal rows the feed emits: every version but deletes.
+// Processing writes journal_state only, so a journal row is written once, by ingest
+// (and again only by an operator's edit, which retries the entry): each event is
+// emitted once, as it is journaled. The retention pruner's deletes are evaluated with
+// every column but the primary key NULL and event_op() = 'delete' (docs cdc-queries,
+// "Filter delete messages"); they are dropped here.
+const journalPredicate = "event_op() != 'delete'"
 
 // outboxPredicate selects the outbox rows the feed emits: new unsent rows, never deletes.
 const outboxPredicate = "sent_at IS NULL AND event_op() != 'delete'"

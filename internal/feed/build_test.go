@@ -27,7 +27,7 @@ func TestBuildCreate(t *testing.T) {
 				"WITH envelope = 'wrapped', updated, resolved = '10s', min_checkpoint_frequency = '10s', " +
 				"webhook_auth_header = 'Bearer s3cret', webhook_client_timeout = '10s', " +
 				`webhook_sink_config = '{"Flush":{"Messages":100,"Bytes":1048576,"Frequency":"200ms"},"Retry":{"Max":"inf","Backoff":"500ms"}}' ` +
-				"AS SELECT * FROM journal WHERE status = 'RECEIVED'",
+				"AS SELECT * FROM journal WHERE event_op() != 'delete'",
 		},
 		{
 			name: "table mode",
@@ -45,7 +45,7 @@ func TestBuildCreate(t *testing.T) {
 			name: "minimal, insecure, no path",
 			opts: Options{SinkURL: "webhook-https://127.0.0.1:8443", InsecureSkipVerify: true, ClientTimeout: 3 * time.Second},
 			want: "CREATE CHANGEFEED INTO 'webhook-https://127.0.0.1:8443/?insecure_tls_skip_verify=true' " +
-				"WITH envelope = 'wrapped', webhook_client_timeout = '3s' AS SELECT * FROM journal WHERE status = 'RECEIVED'",
+				"WITH envelope = 'wrapped', webhook_client_timeout = '3s' AS SELECT * FROM journal WHERE event_op() != 'delete'",
 		},
 		{
 			name: "quotes doubled, cursor, scan, diff, resolved defaults checkpoint",
@@ -65,7 +65,7 @@ func TestBuildCreate(t *testing.T) {
 			name: "resolved at 30s needs no explicit checkpoint",
 			opts: Options{SinkURL: "webhook-https://h/p", ClientTimeout: time.Minute, Resolved: 2 * time.Minute, Table: "public.journal"},
 			want: "CREATE CHANGEFEED INTO 'webhook-https://h/p' WITH envelope = 'wrapped', resolved = '2m', " +
-				"webhook_client_timeout = '1m' AS SELECT * FROM public.journal WHERE status = 'RECEIVED'",
+				"webhook_client_timeout = '1m' AS SELECT * FROM public.journal WHERE event_op() != 'delete'",
 		},
 	}
 	for _, tt := range tests {

@@ -36,9 +36,11 @@ func TestFeedPredicates(t *testing.T) {
 		{"outbox insert", outboxStmt, "outbox", "upsert", map[string]string{"id": id, "sent_at": "NULL::TIMESTAMPTZ"}, true},
 		{"outbox marked sent", outboxStmt, "outbox", "upsert", map[string]string{"id": id, "sent_at": "now()"}, false},
 		{"outbox cleanup delete", outboxStmt, "outbox", "delete", map[string]string{"id": id, "sent_at": "NULL::TIMESTAMPTZ"}, false},
-		{"journal insert", journalStmt, "journal", "upsert", map[string]string{"id": id, "status": "'RECEIVED'"}, true},
-		{"journal processed", journalStmt, "journal", "upsert", map[string]string{"id": id, "status": "'PROCESSED'"}, false},
-		{"journal TTL delete", journalStmt, "journal", "delete", map[string]string{"id": id, "status": "NULL::TEXT"}, false},
+		// The journal row is written by ingest, and rewritten only by an operator's edit
+		// (which retries the entry): both are emitted. Processing writes journal_state.
+		{"journal insert", journalStmt, "journal", "upsert", map[string]string{"id": id, "event_type": "'t'"}, true},
+		{"journal edit", journalStmt, "journal", "upsert", map[string]string{"id": id, "event_type": "'t'"}, true},
+		{"journal retention delete", journalStmt, "journal", "delete", map[string]string{"id": id, "event_type": "NULL::TEXT"}, false},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -5,34 +5,35 @@
 //
 // # Which rows the feed emits
 //
-// inboxd itself updates journal rows (RECEIVED → PROCESSED/FAILED/DEAD/REJECTED, attempts,
-// last_error, updated_at). A plain `CREATE CHANGEFEED FOR TABLE journal` emits every one
-// of those updates back to the webhook, so each event costs at least two POSTs, the second
-// one carrying a row the webhook has to recognise and ignore, and row-level TTL deletes
-// arrive as `"after": null`.
+// inboxd writes a journal row once, when it journals the event; processing writes the
+// entry's state (status, attempts, last_error, …) to journal_state, never to the journal
+// row (v0.3.0). Only an operator's edit (journal.EditAndRetry) rewrites a journal row, its
+// payload, and it retries the entry in the same transaction. The retention pruner deletes
+// settled entries. A plain `CREATE CHANGEFEED FOR TABLE journal` emits those deletes as
+// `"after": null`.
 //
 // The default, ModeFiltered, uses a CDC query instead:
 //
 //	CREATE CHANGEFEED INTO 'webhook-https://…' WITH envelope = 'wrapped', …
-//	  AS SELECT * FROM journal WHERE status = 'RECEIVED'
+//	  AS SELECT * FROM journal WHERE event_op() != 'delete'
 //
 // Why that works (https://www.cockroachlabs.com/docs/stable/cdc-queries):
 //   - CDC queries accept any sink URI, the webhook sink included ("Specify the sink URL …
 //     See Changefeed Sinks for a list of supported sinks"), and are meant for exactly this:
 //     "Filter out specific rows … to decrease the load on your downstream sink and support
 //     outbox workloads" (section "Queries and the outbox pattern").
-//   - The WHERE clause is evaluated on the new version of each row; an update whose new
-//     row does not match is not emitted. So RECEIVED → PROCESSED produces no message.
-//     Neither does an operator's retry or replay: both set the row FAILED with a due
-//     next_attempt_at (journal.RetryOne, journal.Requeue), not RECEIVED, and the sweeper
-//     picks it up within one interval, on either database.
-//   - A delete is evaluated with every column but the primary key NULL ("Known
-//     limitations"), so `status = 'RECEIVED'` is NULL for a delete and the delete is
-//     filtered out: TTL deletes never reach the webhook in this mode. A predicate that
-//     a NULL satisfies (the outbox's `sent_at IS NULL`) needs `event_op() != 'delete'`
-//     as well (BuildOutboxCreate).
-//   - Limits that do not bite us: one table per statement; no volatile functions, sub-selects,
-//     aggregates; `now()` is not supported (our predicate uses none of these).
+//   - Every version the query keeps is an event to process: each event is emitted once,
+//     as it is journaled (and once more after an edit, which retried it). Outcomes,
+//     operator retries and replays write journal_state, a table the feed does not watch,
+//     so they produce no message; the sweeper picks up what they made due, on either
+//     database.
+//   - A delete is evaluated with every column but the primary key NULL and event_op() =
+//     'delete' ("Known limitations"; "Filter delete messages"), so the pruner's deletes
+//     never reach the webhook in this mode. Without the diff option an insert and an
+//     update are both 'upsert' ("CDC query function support"), which the query keeps.
+//   - Limits that do not bite us: one table per statement (the query cannot join
+//     journal_state, and needs not); no volatile functions, sub-selects, aggregates;
+//     `now()` is not supported (our predicate uses none of these).
 //
 // Options with CDC queries (https://www.cockroachlabs.com/docs/stable/create-changefeed#options):
 //   - envelope: the default for CDC queries is `bare` (row columns at top level, metadata
@@ -48,8 +49,8 @@
 //     The webhook must read the event from "after" (after.id is the key).
 //
 // ModeTable (`CREATE CHANGEFEED FOR TABLE journal`) remains available for clusters or
-// versions where CDC queries are unwanted; the webhook then has to skip rows whose
-// after.status is not RECEIVED and deletes (after = null).
+// versions where CDC queries are unwanted; the webhook then has to skip deletes
+// (after = null).
 //
 // # What the webhook receives
 //

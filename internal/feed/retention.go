@@ -9,11 +9,17 @@ import (
 	"time"
 )
 
-// Retention is what inboxd keeps on CockroachDB, where row-level TTL deletes expired
-// rows; a zero duration keeps that table's rows forever (and removes a TTL set before).
+// Retention is what inboxd keeps on CockroachDB, where row-level TTL deletes the expired
+// quarantine rows and attempt history; a zero duration keeps that table's rows forever
+// (and removes a TTL set before). The journal itself has no TTL: an entry's status and
+// last update are in journal_state, and a TTL expression reads only the columns of its
+// own row (CockroachDB validates it like a computed column's, without subqueries:
+// ValidateTTLExpirationExpression, pkg/sql/catalog/schemaexpr/expr.go), so the
+// retention pruner (internal/retention) deletes settled entries, with their state and
+// history, on CockroachDB as on PostgreSQL.
 // https://www.cockroachlabs.com/docs/stable/row-level-ttl
 type Retention struct {
-	Journal    time.Duration // PROCESSED and REJECTED entries, after their last update
+	Journal    time.Duration // PROCESSED and REJECTED entries' attempt history (journal_attempt)
 	Quarantine time.Duration // quarantine rows, after they were received
 }
 
@@ -60,28 +66,21 @@ func BuildAttemptTTL(retention time.Duration) (string, error) {
 
 // RetentionStatements returns the statements that set r: a TTL per table with a
 // retention, and a RESET for a table without one (ApplyRetention sends the RESET only
-// where a TTL is set).
+// where a TTL is set). The journal's TTL is always reset: the TTL an inboxd before v0.3.0
+// set read journal.status and updated_at, which v0.3.0 moved to journal_state, and the
+// retention pruner deletes expired entries instead (see Retention). So is journal_state's,
+// which v0.2.0 set beside it: the pruner finds an entry through its state row, so a state
+// row the TTL deleted first would leave its entry behind for good.
 func RetentionStatements(r Retention) ([]string, error) {
-	var out []string
+	out := []string{ResetTTLSQL("journal"), ResetTTLSQL("journal_state")}
 	if r.Journal > 0 {
-		s, err := BuildTTL(TTLOptions{Table: "journal", Retention: r.Journal, Cron: ttlCron})
+		s, err := BuildAttemptTTL(r.Journal)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, s)
-		if s, err = BuildAttemptTTL(r.Journal); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-		// The journal's mirrored state (journal_state, migration 0026) expires with its
-		// entry: the same expression over the same values, which every state write
-		// copies. On PostgreSQL journal.PruneJournal deletes both at once.
-		if s, err = BuildTTL(TTLOptions{Table: "journal_state", Retention: r.Journal, Cron: ttlCron}); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
 	} else {
-		out = append(out, ResetTTLSQL("journal"), ResetTTLSQL("journal_attempt"), ResetTTLSQL("journal_state"))
+		out = append(out, ResetTTLSQL("journal_attempt"))
 	}
 	if r.Quarantine > 0 {
 		s, err := BuildQuarantineTTL(r.Quarantine)
@@ -95,10 +94,9 @@ func RetentionStatements(r Retention) ([]string, error) {
 	return out, nil
 }
 
-// ApplyRetention sets row-level TTL on the journal (and its attempt history and its
-// mirrored state) and the
-// quarantine as r says, and
-// returns the statements it ran. A RESET is sent only to a table that has a TTL.
+// ApplyRetention sets row-level TTL on the journal's attempt history and the quarantine
+// as r says, removes the journal's, and returns the statements it ran. A RESET is sent
+// only to a table that has a TTL.
 func (m *Manager) ApplyRetention(ctx context.Context, r Retention) ([]string, error) {
 	stmts, err := RetentionStatements(r)
 	if err != nil {
@@ -180,6 +178,8 @@ func ParseTTL(createStatement string) TTLInForce {
 
 // RetentionDrift compares the TTL in force on the journal and the quarantine with want,
 // and describes each difference; none when they agree (or an interval cannot be read).
+// The journal should have no TTL at all whatever want says: the retention pruner keeps
+// want.Journal (see Retention).
 func RetentionDrift(want Retention, journal, quarantine TTLInForce) []string {
 	var out []string
 	check := func(table string, want time.Duration, got TTLInForce) {
@@ -192,7 +192,9 @@ func RetentionDrift(want Retention, journal, quarantine TTLInForce) []string {
 			out = append(out, fmt.Sprintf("%s: the TTL in force keeps rows %s, the configuration %s", table, got.Retention, want))
 		}
 	}
-	check("journal", want.Journal, journal)
+	if journal.Set {
+		out = append(out, "journal: a row-level TTL is in force, set before v0.3.0; the retention pruner deletes expired entries now, and the migrating step removes it")
+	}
 	check("quarantine", want.Quarantine, quarantine)
 	return out
 }

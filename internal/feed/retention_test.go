@@ -16,13 +16,13 @@ func TestRetentionStatements(t *testing.T) {
 		want []string
 	}{
 		{"defaults", Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, []string{
-			`ALTER TABLE journal SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+			`ALTER TABLE journal RESET (ttl)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''2592000 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 		}},
 		{"an embedder's", Retention{Journal: 72 * time.Hour, Quarantine: 14 * 24 * time.Hour}, []string{
-			`ALTER TABLE journal SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
+			`ALTER TABLE journal RESET (ttl)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''1209600 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
@@ -40,12 +40,15 @@ func TestRetentionStatements(t *testing.T) {
 			}
 		})
 	}
-	// Retention never reaches RECEIVED, FAILED or DEAD rows: the expression is NULL
-	// (never expires) for every status but the two terminal ones.
-	got, _ := RetentionStatements(Retention{Journal: time.Hour})
-	for _, s := range []string{"RECEIVED", "FAILED", "DEAD"} {
-		if strings.Contains(got[0], s) {
-			t.Errorf("journal TTL mentions %s: %s", s, got[0])
+	// No statement sets a TTL on the journal, nor reads a status: the journal's state is
+	// in journal_state, which a TTL expression on the journal cannot read, and the pruner
+	// deletes expired entries (v0.3.0).
+	for _, r := range []Retention{{Journal: time.Hour}, {Journal: time.Hour, Quarantine: time.Hour}} {
+		got, _ := RetentionStatements(r)
+		for _, stmt := range got {
+			if strings.HasPrefix(stmt, "ALTER TABLE journal SET") || strings.Contains(stmt, "status") {
+				t.Errorf("%+v: %s", r, stmt)
+			}
 		}
 	}
 	if _, err := RetentionStatements(Retention{Journal: 1500 * time.Millisecond}); err == nil {
@@ -84,7 +87,7 @@ func TestParseTTL(t *testing.T) {
 		want TTLInForce
 	}{
 		{"none", "CREATE TABLE public.journal (\n\tid UUID NOT NULL\n)", TTLInForce{}},
-		{"as set", asShown(set[0]), TTLInForce{Set: true, Known: true, Retention: 72 * time.Hour}},
+		{"as set", asShown(set[1]), TTLInForce{Set: true, Known: true, Retention: 72 * time.Hour}},
 		{"e-string, days", `CREATE TABLE q (x INT8) WITH (ttl = 'on', ttl_expiration_expression = e'((received_at AT TIME ZONE \'UTC\') + \'14 days\':::INTERVAL) AT TIME ZONE \'UTC\'', ttl_job_cron = '@hourly')`,
 			TTLInForce{Set: true, Known: true, Retention: 14 * 24 * time.Hour}},
 		{"clock", `CREATE TABLE q (x INT8) WITH (ttl = 'on', ttl_expiration_expression = e'(received_at + \'72:00:00\':::INTERVAL)')`,
@@ -101,15 +104,17 @@ func TestParseTTL(t *testing.T) {
 		})
 	}
 	week, month := TTLInForce{Set: true, Known: true, Retention: 168 * time.Hour}, TTLInForce{Set: true, Known: true, Retention: 720 * time.Hour}
-	if d := RetentionDrift(Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, week, month); len(d) != 0 {
+	// The journal has no TTL (the pruner keeps its retention), whatever the configuration.
+	if d := RetentionDrift(Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, TTLInForce{}, month); len(d) != 0 {
 		t.Errorf("the defaults in force: drift %q", d)
 	}
-	d := RetentionDrift(Retention{Journal: 72 * time.Hour}, week, month)
-	if len(d) != 2 || !strings.Contains(d[0], "journal: the TTL in force keeps rows 168h0m0s, the configuration 72h0m0s") ||
+	// A TTL set on the journal before v0.3.0 is drift, whatever its interval.
+	d := RetentionDrift(Retention{Journal: 168 * time.Hour}, week, month)
+	if len(d) != 2 || !strings.Contains(d[0], "journal: a row-level TTL is in force") ||
 		!strings.Contains(d[1], "quarantine: a TTL is in force") {
 		t.Errorf("drift %q", d)
 	}
-	if d := RetentionDrift(Retention{Journal: time.Hour}, TTLInForce{}, TTLInForce{Set: true}); len(d) != 2 || !strings.Contains(d[0], "no TTL is in force") {
+	if d := RetentionDrift(Retention{Journal: time.Hour, Quarantine: time.Hour}, TTLInForce{}, TTLInForce{}); len(d) != 1 || !strings.Contains(d[0], "quarantine: no TTL is in force") {
 		t.Errorf("drift %q", d)
 	}
 }

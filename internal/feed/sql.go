@@ -32,16 +32,21 @@ func ResumeJobSQL(id int64) string { return fmt.Sprintf("RESUME JOB %d", id) }
 // https://www.cockroachlabs.com/docs/stable/cancel-job
 func CancelJobSQL(id int64) string { return fmt.Sprintf("CANCEL JOB %d", id) }
 
-// TTLOptions configure row-level TTL on the journal: rows in a terminal status
-// (PROCESSED, REJECTED) are deleted Retention after their last update. RECEIVED, FAILED
-// and DEAD rows never expire: they still need work or an operator.
+// TTLOptions configure a status-based row-level TTL: rows in a terminal status
+// (PROCESSED, REJECTED) are deleted Retention after their last update. inboxd no longer
+// sets it on the journal: the journal's status and updated_at moved to journal_state
+// (v0.3.0), a TTL expression reads only its own row, and deleting an entry deletes both
+// rows, so the retention pruner deletes settled entries on CockroachDB too
+// (RetentionStatements resets the journal's TTL). BuildTTL and Manager.EnableTTL remain
+// for tables that carry both columns.
 type TTLOptions struct {
 	Table     string        // default "journal"
 	Retention time.Duration // required, whole seconds
 	Cron      string        // ttl_job_cron, default "@daily"
 }
 
-// BuildTTL returns the ALTER TABLE that enables row-level TTL on the journal.
+// BuildTTL returns the ALTER TABLE that enables the status-based row-level TTL on
+// o.Table, a table with status and updated_at columns (not the journal since v0.3.0).
 //
 // CockroachDB accepts a TTL expression of at most stable volatility (volatile ones are
 // refused: ValidateTTLExpirationExpression, pkg/sql/catalog/schemaexpr/expr.go, "requires

@@ -102,7 +102,7 @@ func waitDue(t *testing.T, db *testenv.DB, id string) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, "next attempt due", func() bool {
 		var due bool
-		if err := db.Pool.QueryRow(context.Background(), `SELECT next_attempt_at <= now() FROM journal WHERE id = $1`, id).Scan(&due); err != nil {
+		if err := db.Pool.QueryRow(context.Background(), `SELECT next_attempt_at <= now() FROM journal_state WHERE id = $1`, id).Scan(&due); err != nil {
 			t.Fatal(err)
 		}
 		return due
@@ -186,7 +186,7 @@ func TestOrdering(t *testing.T) {
 		t.Fatalf("second behind FAILED first: %q, want deferred", got)
 	}
 	// Make the retry due; processing the first now chains to 1 and 2.
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET next_attempt_at = now() WHERE id = $1`, ids[0]); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET next_attempt_at = now() WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := e.Process(ctx, ids[0]); got != process.OutcomeProcessed {

@@ -55,8 +55,9 @@ func hangEngine(t *testing.T, db *testenv.DB, cfg process.Config) (*process.Engi
 	return process.New(db.Pool, reg, cfg, metrics.New(), nil), h
 }
 
-// notLocked fails unless the entry's row is soon free: an abandoned transaction ends
-// when the server sees its connection close, a moment after the client closed it.
+// notLocked fails unless the entry's rows (journal and journal_state) are soon free: an
+// abandoned transaction ends when the server sees its connection close, a moment after
+// the client closed it.
 func notLocked(t *testing.T, db *testenv.DB, id string) {
 	t.Helper()
 	free := func() bool {
@@ -68,7 +69,7 @@ func notLocked(t *testing.T, db *testenv.DB, id string) {
 		}
 		defer tx.Rollback(ctx)
 		var got string
-		return tx.QueryRow(ctx, `SELECT id::TEXT FROM journal WHERE id = $1 FOR UPDATE NOWAIT`, id).Scan(&got) == nil
+		return tx.QueryRow(ctx, `SELECT j.id::TEXT FROM journal AS j JOIN journal_state AS s ON s.id = j.id WHERE j.id = $1 FOR UPDATE NOWAIT`, id).Scan(&got) == nil
 	}
 	testenv.Eventually(t, 30*time.Second, "entry "+id+" unlocked", free)
 }

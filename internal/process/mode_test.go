@@ -59,7 +59,7 @@ func TestHandlerSeesModeAndEmitRecordsEvent(t *testing.T) {
 	}
 
 	// An operator's retry of a REJECTED-like settled event runs as a retry too.
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'REJECTED' WHERE id = $1`, ids[0]); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = 'REJECTED' WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := journal.RetryOne(ctx, db.Pool, ids[0]); err != nil {

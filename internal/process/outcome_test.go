@@ -156,7 +156,7 @@ func TestUnrecordableOutcomeDoesNotLoop(t *testing.T) {
 			db := testenv.NewDB(t)
 			ctx := context.Background()
 			if forced {
-				if _, err := db.Pool.Exec(ctx, `ALTER TABLE journal ADD CONSTRAINT test_no_poison CHECK (last_error NOT LIKE 'xxx%')`); err != nil {
+				if _, err := db.Pool.Exec(ctx, `ALTER TABLE journal_state ADD CONSTRAINT test_no_poison CHECK (last_error NOT LIKE 'xxx%')`); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,7 +236,7 @@ func TestShortHandlerTimeoutLeavesTheEngineTime(t *testing.T) {
 	ctx := context.Background()
 	for _, stmt := range []string{
 		`CREATE FUNCTION test_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$`,
-		`CREATE TRIGGER test_slow AFTER UPDATE ON journal FOR EACH STATEMENT EXECUTE FUNCTION test_slow()`,
+		`CREATE TRIGGER test_slow AFTER UPDATE ON journal_state FOR EACH STATEMENT EXECUTE FUNCTION test_slow()`,
 	} {
 		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)

@@ -69,7 +69,7 @@ func TestProcessingStatementsPerTransaction(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer other.Rollback(ctx) //nolint:errcheck // an error once it ended
-				if _, err := other.Exec(ctx, `SELECT 1 FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE`, ids[:tt.held]); err != nil {
+				if _, err := other.Exec(ctx, `SELECT 1 FROM journal_state WHERE id = ANY ($1::UUID[]) FOR UPDATE`, ids[:tt.held]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -145,7 +145,7 @@ func TestClaimInChunksKeepsItsLocksThroughRollbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback(ctx) }()
-	if _, err := other.Exec(ctx, `SELECT 1 FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE`, ids[:held]); err != nil {
+	if _, err := other.Exec(ctx, `SELECT 1 FROM journal_state WHERE id = ANY ($1::UUID[]) FOR UPDATE`, ids[:held]); err != nil {
 		t.Fatal(err)
 	}
 	fx := pt.NewEffects(t, db.Pool)
@@ -158,8 +158,8 @@ func TestClaimInChunksKeepsItsLocksThroughRollbacks(t *testing.T) {
 		calls++
 		if calls == limit { // the last one: after every earlier call, and its rollback if it failed
 			var n int
-			err := db.Pool.QueryRow(hctx, `SELECT count(*) FROM journal WHERE id = ANY ($1::UUID[])
-				AND id NOT IN (SELECT id FROM journal WHERE id = ANY ($1::UUID[]) FOR UPDATE SKIP LOCKED)`, ids[held:]).Scan(&n)
+			err := db.Pool.QueryRow(hctx, `SELECT count(*) FROM journal_state WHERE id = ANY ($1::UUID[])
+				AND id NOT IN (SELECT id FROM journal_state WHERE id = ANY ($1::UUID[]) FOR UPDATE SKIP LOCKED)`, ids[held:]).Scan(&n)
 			if err != nil {
 				return fmt.Errorf("probing the batch's locks: %w", err)
 			}

@@ -120,7 +120,7 @@ func TestHandle(t *testing.T) {
 		t.Errorf("last_error of invalid registration = %q", le)
 	}
 	// A replay of a processed registration, even forced back to RECEIVED, is a no-op.
-	if _, err := db.Pool.Exec(ctx, `UPDATE journal SET status = 'RECEIVED' WHERE id = $1`, a); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE journal_state SET status = 'RECEIVED' WHERE id = $1`, a); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := e.Process(ctx, a); err != nil || got != process.OutcomeProcessed {

@@ -1,7 +1,9 @@
-// Package retention deletes expired journal and quarantine rows on PostgreSQL. On
-// CockroachDB, row-level TTL does the same job (inboxd migrate sets it up, see
-// internal/feed), and the pruner deletes only the replay runs that ended, which a
-// row's own TTL cannot tell from those still running.
+// Package retention deletes expired journal entries (with their state and attempt
+// history) and replay runs that ended, on PostgreSQL and CockroachDB alike, and expired
+// quarantine rows on PostgreSQL. On CockroachDB, row-level TTL deletes the quarantine's
+// (inboxd migrate sets it up, see internal/feed); a row's own TTL cannot tell a settled
+// journal entry (its status is in journal_state) nor an ended replay run from those
+// still in use.
 //
 // Deleting a journal entry ends its deduplication: a redelivery of an event older than
 // the retention is journaled, and processed, again.
@@ -27,7 +29,7 @@ import (
 
 // Config says what to keep. A zero retention keeps everything of that table.
 type Config struct {
-	Journal    time.Duration // PROCESSED and REJECTED entries, by updated_at
+	Journal    time.Duration // PROCESSED and REJECTED entries, by journal_state.updated_at
 	Quarantine time.Duration // quarantine rows, by received_at
 	// Replay: replay runs that ended (done or cancelled), by finished_at, with their
 	// items and holds. inboxd passes the journal's retention: a run older than the

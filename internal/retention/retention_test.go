@@ -49,7 +49,7 @@ func TestPrunerKeepsWhatItMust(t *testing.T) {
 	}
 	// 100 of each status, all last updated an hour ago.
 	if _, err := db.Pool.Exec(ctx, `
-		UPDATE journal SET updated_at = now() - INTERVAL '1 hour',
+		UPDATE journal_state SET updated_at = now() - INTERVAL '1 hour',
 		       status = (ARRAY['RECEIVED', 'PROCESSED', 'FAILED', 'DEAD', 'REJECTED'])[1 + sequence_no % 5]`); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +112,14 @@ func TestPrunerKeepsWhatItMust(t *testing.T) {
 	}
 	if ingested != 1000 {
 		t.Errorf("ingested %d entries while pruning, want 1000", ingested)
+	}
+	// An entry and its state go together: no state is left without its entry, no entry
+	// without its state.
+	var orphans int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM journal_state AS s WHERE NOT EXISTS (SELECT 1 FROM journal AS j WHERE j.id = s.id)) +
+		(SELECT count(*) FROM journal AS j WHERE NOT EXISTS (SELECT 1 FROM journal_state AS s WHERE s.id = j.id))`).Scan(&orphans); err != nil || orphans != 0 {
+		t.Errorf("%d journal or journal_state rows without the other (%v)", orphans, err)
 	}
 }
 

@@ -42,7 +42,7 @@ type WrappedRow struct {
 // fields and the metadata sits in "__crdb__"; key and topic are there because the
 // webhook sink forces key_in_value and topic_in_value.
 //
-//	{"__crdb__":{"key":["<id>"],"topic":"journal","updated":"..."},"id":"<id>","status":"RECEIVED",...}
+//	{"__crdb__":{"key":["<id>"],"topic":"journal","updated":"..."},"id":"<id>","aggregate_id":"…",...}
 //
 // A resolved message in that envelope is {"__crdb__":{"resolved":"..."}}.
 // https://www.cockroachlabs.com/docs/stable/changefeed-message-envelopes#bare

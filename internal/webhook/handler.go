@@ -104,15 +104,18 @@ const DefaultMaxResolvedAhead = defaults.WebhookResolvedAhead
 // poison row answered with 4xx would block the feed. Such a row is logged and counted,
 // its journal entry stays RECEIVED, and the sweeper processes it from the database.
 //
-// Feeding on itself: processing updates the very journal rows the feed watches, so
-// every outcome is itself a change. The feed is meant to be a CDC query
-// (CREATE CHANGEFEED ... AS SELECT ... FROM journal WHERE status = 'RECEIVED'), which
-// filters inside CockroachDB: PROCESSED/REJECTED/DEAD/FAILED versions never leave the
-// database. A plain CREATE CHANGEFEED FOR TABLE journal does deliver them, so the
-// handler filters too, without touching the database: deletes (after = null, e.g.
-// TTL), terminal statuses, and FAILED rows whose next attempt is still in the future
-// (the sweeper retries those when due) are counted as ignored. What remains costs one
-// short transaction per row, which finds nothing to do for a replay.
+// Not feeding on itself: processing writes the entry's state to journal_state, never to
+// the journal row the feed watches, so outcomes are no changes of the journal; a row is
+// emitted when it is journaled, and again only after an operator's edit (which retried
+// the entry). The feed is meant to be a CDC query (CREATE CHANGEFEED ... AS SELECT ...
+// FROM journal WHERE event_op() != 'delete'), which drops the retention pruner's
+// deletes inside CockroachDB. A plain CREATE CHANGEFEED FOR TABLE journal delivers
+// them, so the handler filters too, without touching the database: deletes (after =
+// null) are counted as ignored, and so are rows that carry a status (a journal from
+// before v0.3.0, or a CDC query that projects one) that is terminal, or FAILED with its
+// next attempt still in the future (the sweeper retries those when due). What remains
+// costs one short transaction per row, which finds nothing to do for a replay or a
+// settled entry.
 //
 // Outliving the request: the sink's HTTP client gives up after webhook_client_timeout
 // and posts the same batch again, forever (pkg/ccl/changefeedccl/sink_webhook_v2.go,

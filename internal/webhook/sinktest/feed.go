@@ -19,7 +19,7 @@ import (
 )
 
 // Feed emulates a CockroachDB changefeed on the journal, of the form "inboxd changefeed
-// create" makes (AS SELECT * FROM journal WHERE status = 'RECEIVED'), delivered by the
+// create" makes (AS SELECT * FROM journal WHERE event_op() != 'delete'), delivered by the
 // webhook sink. It is the only push: it reads the journal itself, as the rangefeed
 // would, and posts what changed. It has the sink's documented semantics, each taken from
 // CockroachDB's source (pkg/ccl/changefeedccl) or docs (changefeed-sinks,
@@ -84,7 +84,7 @@ type Feed struct {
 // FeedStats counts what the feed did; Sink.Stats counts the posts.
 type FeedStats struct {
 	Emitted      int // row messages put into batches, duplicates and replays included
-	Changes      int // journal row versions seen as RECEIVED for the first time
+	Changes      int // journal row versions seen for the first time
 	Duplicates   int // rows emitted again by Duplicates
 	Replayed     int // rows emitted again by Replays and restarts
 	Restarts     int // job restarts after a batch ran out of retries
@@ -169,8 +169,17 @@ func (f *Feed) Run(ctx context.Context) error {
 	}
 	defer close(work)
 
+	// The changefeed watches the journal table: its rows carry the journal's columns
+	// only, whatever else journal.RowsAsJSON joins to them (the entry's state).
+	var columns map[string]bool
+	if err := testenv.Observe(ctx, f.DB, func(q pgx.Tx) (err error) {
+		columns, err = tableColumns(ctx, q, "journal")
+		return err
+	}); err != nil {
+		return err
+	}
 	clock := &Clock{}
-	seen := map[string]string{} // id → updated_at of the version emitted
+	seen := map[string]string{} // id → the version emitted, as the feed renders it
 	var (
 		buf             []feedRow
 		flushAt         time.Time
@@ -251,20 +260,25 @@ func (f *Feed) Run(ctx context.Context) error {
 			return err
 		}
 		lastPoll = clock.Now()
-		for _, raw := range rows {
+		for _, full := range rows {
 			var r struct {
-				ID        string         `json:"id"`
-				Status    journal.Status `json:"status"`
-				UpdatedAt string         `json:"updated_at"`
+				ID string `json:"id"`
 			}
-			if err := json.Unmarshal(raw, &r); err != nil {
-				return fmt.Errorf("journal row %s: %w", raw, err)
+			if err := json.Unmarshal(full, &r); err != nil {
+				return fmt.Errorf("journal row %s: %w", full, err)
 			}
-			// The CDC query's WHERE: only versions whose new status is RECEIVED.
-			if r.Status != journal.StatusReceived || seen[r.ID] == r.UpdatedAt {
+			raw, err := onlyColumns(full, columns)
+			if err != nil {
+				return fmt.Errorf("journal row %s: %w", full, err)
+			}
+			// The CDC query's WHERE keeps every version but deletes, and a delete is not
+			// a row here: each version of a row (its insert by ingest, an operator's
+			// edit) is emitted once. Processing writes journal_state, which the feed
+			// does not watch.
+			if seen[r.ID] == string(raw) {
 				continue
 			}
-			seen[r.ID] = r.UpdatedAt
+			seen[r.ID] = string(raw)
 			body, _ := json.Marshal(struct {
 				After   json.RawMessage `json:"after"`
 				Updated string          `json:"updated"`
@@ -406,4 +420,36 @@ func (f *Feed) deliver(ctx context.Context, body []byte, rng *rand.Rand) error {
 			return nil
 		}
 	}
+}
+
+// tableColumns returns the names of table's columns in the current schema.
+func tableColumns(ctx context.Context, q pgx.Tx, table string) (map[string]bool, error) {
+	rows, err := q.Query(ctx, `SELECT column_name::TEXT FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1`, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, nil
+}
+
+// onlyColumns keeps the members of the JSON object row that are columns.
+func onlyColumns(row json.RawMessage, columns map[string]bool) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(row, &m); err != nil {
+		return nil, err
+	}
+	for k := range m {
+		if !columns[k] {
+			delete(m, k)
+		}
+	}
+	return json.Marshal(m)
 }
