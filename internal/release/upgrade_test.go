@@ -227,11 +227,13 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 
 	// A witness of every committed handler run: a trigger on the demo's table, where
 	// the handler's effect lands (ON CONFLICT DO NOTHING hides a second run from the
-	// table itself; a BEFORE INSERT trigger sees it). Its sequence orders the runs.
+	// table itself; a BEFORE INSERT trigger sees it). Its sequence orders the runs. Each
+	// run takes 5 ms more, so that work is still pending, and batches are open, while
+	// the new release migrates.
 	for _, stmt := range []string{
 		`CREATE TABLE handler_runs (run_seq BIGSERIAL PRIMARY KEY, event_id UUID NOT NULL)`,
 		`CREATE FUNCTION log_handler_run() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS
-			'BEGIN INSERT INTO handler_runs (event_id) VALUES (NEW.id); RETURN NEW; END'`,
+			'BEGIN INSERT INTO handler_runs (event_id) VALUES (NEW.id); PERFORM pg_sleep(0.005); RETURN NEW; END'`,
 		`CREATE TRIGGER log_handler_run BEFORE INSERT ON customers FOR EACH ROW EXECUTE FUNCTION log_handler_run()`,
 	} {
 		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
