@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -159,14 +160,15 @@ func (p *proc) processed(t *testing.T) float64 {
 	return sum
 }
 
-// contractsAfter reports whether a migration numbered after last contracts the schema.
-func contractsAfter(last int) (bool, error) {
+// contractsBetween reports whether a migration numbered after last, up to upTo,
+// contracts the schema.
+func contractsBetween(last, upTo int) (bool, error) {
 	ms, err := schema.Migrations()
 	if err != nil {
 		return false, err
 	}
 	for _, m := range ms {
-		if m.Version > last && m.Contracts {
+		if m.Version > last && m.Version <= upTo && m.Contracts {
 			return true, nil
 		}
 	}
@@ -178,23 +180,50 @@ func contractsAfter(last int) (bool, error) {
 // release migrates (a job, as the schema owner) and starts beside it, as a DML-only
 // role; both process side by side; the old one stops; the new one finishes. Every
 // registration becomes exactly one customer, no handler run commits twice, and each
-// aggregate's events commit in journal order.
+// aggregate's events commit in journal order. A release that contracts the schema
+// leaves the one before it refusing work instead (it fails closed); the new one takes
+// over. It runs from the last release to this tree, and from the release before the
+// last to the last.
 func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	root := repoRoot(t)
-	prev, err := Last(filepath.Join(root, "RELEASES"))
+	f, err := os.Open(filepath.Join(root, "RELEASES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Parse(f)
+	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Fatalf("git is needed to build the previous release %s: %v", prev.Version, err)
+		t.Fatalf("git is needed to build the releases: %v", err)
 	}
+	last := rs[len(rs)-1]
+	// The last release beside this tree, and the last release's own upgrade (beside the
+	// release before it) once RELEASES lists it, so that a contracting release stays
+	// tested after it is cut.
+	t.Run(last.Version+" to this tree", func(t *testing.T) { testRollingUpgrade(t, root, last, nil) })
+	if len(rs) > 2 {
+		t.Run(rs[len(rs)-2].Version+" to "+last.Version, func(t *testing.T) { testRollingUpgrade(t, root, rs[len(rs)-2], &last) })
+	}
+}
+
+// testRollingUpgrade runs the upgrade from prev to next (nil: this tree).
+func testRollingUpgrade(t *testing.T, root string, prev Release, next *Release) {
 	dir := t.TempDir()
 	var oldBin, newBin string
 	var oldErr, newErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); oldBin, oldErr = buildRelease(root, dir, prev) }()
-	go func() { defer wg.Done(); newBin, newErr = buildCurrent(root, dir) }()
+	go func() {
+		defer wg.Done()
+		if next == nil {
+			newBin, newErr = buildCurrent(root, dir)
+		} else {
+			newBin, newErr = buildRelease(root, dir, *next)
+		}
+	}()
 	wg.Wait()
 	if oldErr != nil || newErr != nil {
 		t.Fatalf("building: %v %v", oldErr, newErr)
@@ -204,7 +233,11 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		t.Fatalf("inboxd version: %v %q", err, out)
 	}
 	t.Logf("previous release %s (%s), new: %s", prev.Version, prev.Commit[:12], strings.TrimSpace(string(out)))
-	contracts, err := contractsAfter(prev.LastMigration)
+	upTo := math.MaxInt
+	if next != nil {
+		upTo = next.LastMigration
+	}
+	contracts, err := contractsBetween(prev.LastMigration, upTo)
 	if err != nil {
 		t.Fatal(err)
 	}
