@@ -48,17 +48,21 @@ func (s Selection) args() selectionArgs {
 	return a
 }
 
-// sqlSelectSettled reads one keyset page (sequence_no > $7, $8 rows) of the selection ($9: $6 lists ids):
-// every filter is a parameter, empty meaning none, so that one constant statement
-// serves every selection.
-const sqlSelectSettled = `SELECT ` + recordColumns + `
-	FROM ` + recordFrom + `
+// selectionWhere is a shadow or replay selection ($1 statuses, $2 type, $3/$4 received
+// from/until, $5 aggregate, $6 ids when $9), over recordFrom: empty meaning none.
+const selectionWhere = `
 	WHERE s.status = ANY ($1::TEXT[])
 	  AND ($2::TEXT = '' OR j.event_type = $2::TEXT)
 	  AND ($3::TIMESTAMPTZ IS NULL OR j.received_at >= $3::TIMESTAMPTZ)
 	  AND ($4::TIMESTAMPTZ IS NULL OR j.received_at < $4::TIMESTAMPTZ)
 	  AND ($5::TEXT = '' OR j.aggregate_id = $5::TEXT)
-	  AND (NOT $9::BOOL OR j.id = ANY ($6::UUID[]))
+	  AND (NOT $9::BOOL OR j.id = ANY ($6::UUID[]))`
+
+// sqlSelectSettled reads one keyset page (sequence_no > $7, $8 rows) of the selection ($9: $6 lists ids):
+// every filter is a parameter, empty meaning none, so that one constant statement
+// serves every selection.
+const sqlSelectSettled = `SELECT ` + recordColumns + `
+	FROM ` + recordFrom + selectionWhere + `
 	  AND j.sequence_no > $7::INT8
 	ORDER BY j.sequence_no
 	LIMIT $8::INT8`
@@ -106,13 +110,7 @@ var ErrPlanTooLarge = errors.New("replay plan too large")
 // rows read (the caller asks for one more than it accepts, to tell a plan too large).
 const sqlPlanReplay = `
 WITH sel AS (
-	SELECT j.id, j.aggregate_id, j.sequence_no FROM ` + recordFrom + `
-	WHERE s.status = ANY ($1::TEXT[])
-	  AND ($2::TEXT = '' OR j.event_type = $2::TEXT)
-	  AND ($3::TIMESTAMPTZ IS NULL OR j.received_at >= $3::TIMESTAMPTZ)
-	  AND ($4::TIMESTAMPTZ IS NULL OR j.received_at < $4::TIMESTAMPTZ)
-	  AND ($5::TEXT = '' OR j.aggregate_id = $5::TEXT)
-	  AND (NOT $9::BOOL OR j.id = ANY ($6::UUID[]))
+	SELECT j.id, j.aggregate_id, j.sequence_no FROM ` + recordFrom + selectionWhere + `
 ),
 firsts AS (
 	SELECT aggregate_id, min(sequence_no) AS first_seq FROM sel GROUP BY aggregate_id
