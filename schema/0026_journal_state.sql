@@ -4,7 +4,7 @@
 -- the wide journal row with its payload and its indexes. In this release the journal's
 -- state columns stay authoritative (the release before it runs beside it and knows only
 -- those): every statement that writes them also mirrors them here, in the same
--- statement (internal/journal, mirrorStateSQL). Ingest writes nothing here: an absent
+-- statement (v0.2.0: internal/journal, mirrorStateSQL). Ingest writes nothing here: an absent
 -- row means "as ingested" (RECEIVED, attempts 0, next_attempt_at = updated_at =
 -- received_at, the rest NULL). Deleting a journal row deletes its row here (retention:
 -- journal.PruneJournal on PostgreSQL, row-level TTL with the journal's expression on

@@ -17,17 +17,17 @@ func TestRetentionStatements(t *testing.T) {
 	}{
 		{"defaults", Retention{Journal: 168 * time.Hour, Quarantine: 720 * time.Hour}, []string{
 			`ALTER TABLE journal RESET (ttl)`,
+			`ALTER TABLE journal_state RESET (ttl)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
-			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''604800 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''2592000 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 		}},
 		{"an embedder's", Retention{Journal: 72 * time.Hour, Quarantine: 14 * 24 * time.Hour}, []string{
 			`ALTER TABLE journal RESET (ttl)`,
+			`ALTER TABLE journal_state RESET (ttl)`,
 			`ALTER TABLE journal_attempt SET (ttl_expiration_expression = '((recorded_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
-			`ALTER TABLE journal_state SET (ttl_expiration_expression = 'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''259200 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 			`ALTER TABLE quarantine SET (ttl_expiration_expression = '((received_at AT TIME ZONE ''UTC'') + ''1209600 seconds''::INTERVAL) AT TIME ZONE ''UTC''', ttl_job_cron = '@hourly', ttl_disable_changefeed_replication = true)`,
 		}},
-		{"disabled", Retention{}, []string{`ALTER TABLE journal RESET (ttl)`, `ALTER TABLE journal_attempt RESET (ttl)`, `ALTER TABLE journal_state RESET (ttl)`, `ALTER TABLE quarantine RESET (ttl)`}},
+		{"disabled", Retention{}, []string{`ALTER TABLE journal RESET (ttl)`, `ALTER TABLE journal_state RESET (ttl)`, `ALTER TABLE journal_attempt RESET (ttl)`, `ALTER TABLE quarantine RESET (ttl)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,13 +40,13 @@ func TestRetentionStatements(t *testing.T) {
 			}
 		})
 	}
-	// No statement sets a TTL on the journal, nor reads a status: the journal's state is
-	// in journal_state, which a TTL expression on the journal cannot read, and the pruner
-	// deletes expired entries (v0.3.0).
+	// No statement sets a TTL on the journal or its state, nor reads a status: the
+	// journal's state is in journal_state, which a TTL expression on the journal cannot
+	// read, and the pruner deletes expired entries with their state (v0.3.0).
 	for _, r := range []Retention{{Journal: time.Hour}, {Journal: time.Hour, Quarantine: time.Hour}} {
 		got, _ := RetentionStatements(r)
 		for _, stmt := range got {
-			if strings.HasPrefix(stmt, "ALTER TABLE journal SET") || strings.Contains(stmt, "status") {
+			if strings.HasPrefix(stmt, "ALTER TABLE journal SET") || strings.HasPrefix(stmt, "ALTER TABLE journal_state SET") || strings.Contains(stmt, "status") {
 				t.Errorf("%+v: %s", r, stmt)
 			}
 		}
@@ -87,7 +87,7 @@ func TestParseTTL(t *testing.T) {
 		want TTLInForce
 	}{
 		{"none", "CREATE TABLE public.journal (\n\tid UUID NOT NULL\n)", TTLInForce{}},
-		{"as set", asShown(set[1]), TTLInForce{Set: true, Known: true, Retention: 72 * time.Hour}},
+		{"as set", asShown(set[2]), TTLInForce{Set: true, Known: true, Retention: 72 * time.Hour}},
 		{"e-string, days", `CREATE TABLE q (x INT8) WITH (ttl = 'on', ttl_expiration_expression = e'((received_at AT TIME ZONE \'UTC\') + \'14 days\':::INTERVAL) AT TIME ZONE \'UTC\'', ttl_job_cron = '@hourly')`,
 			TTLInForce{Set: true, Known: true, Retention: 14 * 24 * time.Hour}},
 		{"clock", `CREATE TABLE q (x INT8) WITH (ttl = 'on', ttl_expiration_expression = e'(received_at + \'72:00:00\':::INTERVAL)')`,
