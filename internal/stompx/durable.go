@@ -86,20 +86,34 @@ func RemoveDurable(ctx context.Context, cfg Config, name, destination string) er
 	// (no such subscription, or not allowed) closes the connection, and the
 	// subscription's channel then carries it.
 	if err := sub.Unsubscribe(stomp.SubscribeOpt.Header(HeaderSubscriptionName, name)); err != nil {
+		// The broker's ERROR (no such subscription) closes the connection, so the wait
+		// for the RECEIPT can end in its timeout, the ERROR already on sub.C.
+		select {
+		case m, ok := <-sub.C:
+			if ok && m.Err != nil {
+				return removalRefused(m.Err, cfg.ClientID, name)
+			}
+		default:
+		}
 		return fmt.Errorf("%w: removing durable subscription %q of client id %q: %w", ErrUnavailable, name, cfg.ClientID, err)
 	}
 	select {
 	case m, ok := <-sub.C:
 		if ok && m.Err != nil {
-			if strings.Contains(m.Err.Error(), "No durable subscription exists") {
-				return fmt.Errorf("%w: client id %q, subscription %q", ErrNoSuchSubscription, cfg.ClientID, name)
-			}
-			return fmt.Errorf("removing durable subscription %q of client id %q: broker said: %w", name, cfg.ClientID, m.Err)
+			return removalRefused(m.Err, cfg.ClientID, name)
 		}
 	case <-ctx.Done():
 		return fmt.Errorf("removing durable subscription %q (outcome unknown): %w", name, ctx.Err())
 	}
 	return conn.Close()
+}
+
+// removalRefused is RemoveDurable's error for the broker's ERROR frame.
+func removalRefused(err error, clientID, name string) error {
+	if strings.Contains(err.Error(), "No durable subscription exists") {
+		return fmt.Errorf("%w: client id %q, subscription %q", ErrNoSuchSubscription, clientID, name)
+	}
+	return fmt.Errorf("removing durable subscription %q of client id %q: broker said: %w", name, clientID, err)
 }
 
 func removeRabbitDurable(conn *Conn, dur Durable, destination string) error {
