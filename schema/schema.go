@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -247,7 +248,7 @@ func migrateLocked(ctx context.Context, conn *pgxpool.Conn, holder string, migra
 			if !stmt.RunsOn(db) {
 				continue
 			}
-			if _, err := pool.Exec(ctx, stmt.SQL); err != nil {
+			if err := execRetrying(ctx, pool, stmt.SQL); err != nil {
 				if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && stmt.DoneIf != "" && pgErr.Code == stmt.DoneIf {
 					continue
 				}
@@ -304,6 +305,29 @@ func recordMigration(ctx context.Context, db database.DB, m Migration, holder st
 		return fmt.Errorf("recording migration %s: %w", m.Name, ErrLeaseLost)
 	}
 	return nil
+}
+
+// migrationRetries bounds the runs of a statement that lost a deadlock or a
+// serialization conflict to the instances still running beside the migrator.
+const migrationRetries = 5
+
+// execRetrying runs one migration statement, again after a deadlock (40P01) or a
+// serialization failure (40001): a backfill that locks rows meets the running
+// instances' transactions, and the database aborts one side. Every statement is
+// idempotent, so running it again is safe.
+func execRetrying(ctx context.Context, db database.DB, sql string) error {
+	for attempt := 1; ; attempt++ {
+		_, err := db.Exec(ctx, sql)
+		pgErr, ok := errors.AsType[*pgconn.PgError](err)
+		if err == nil || !ok || (pgErr.Code != "40P01" && pgErr.Code != "40001") || attempt == migrationRetries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // contractDirective marks a contracting migration (Migration.Contracts).
