@@ -12,10 +12,10 @@ import (
 // commit that cuts it (with Release true), and the next patch with "-dev" in every
 // commit after it, so that a build of main between two releases never passes for the
 // last one (CONTRIBUTING.md, "Releases").
-const Version = "v0.3.0"
+const Version = "v0.3.1-dev"
 
 // Release is true only in a release's own commit, where Version is its tag.
-const Release = true
+const Release = false
 
 // Info is one build's identity.
 type Info struct {
