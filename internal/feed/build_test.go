@@ -151,40 +151,6 @@ func TestManagementSQL(t *testing.T) {
 	}
 }
 
-func TestBuildTTL(t *testing.T) {
-	t.Parallel()
-	got, err := BuildTTL(TTLOptions{Retention: 30 * 24 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "ALTER TABLE journal SET (ttl_expiration_expression = " +
-		"'CASE WHEN status IN (''PROCESSED'', ''REJECTED'') THEN ((updated_at AT TIME ZONE ''UTC'') + ''2592000 seconds''::INTERVAL) AT TIME ZONE ''UTC'' END', " +
-		"ttl_job_cron = '@daily', ttl_disable_changefeed_replication = true)"
-	if got != want {
-		t.Errorf("BuildTTL:\n got  %s\n want %s", got, want)
-	}
-
-	got, err = BuildTTL(TTLOptions{Table: "app.journal", Retention: time.Hour, Cron: "0 3 * * *"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(got, "ALTER TABLE app.journal SET (") || !strings.Contains(got, "''3600 seconds''") ||
-		!strings.Contains(got, "ttl_job_cron = '0 3 * * *'") {
-		t.Errorf("BuildTTL custom: %s", got)
-	}
-
-	for _, bad := range []TTLOptions{
-		{},
-		{Retention: 1500 * time.Millisecond},
-		{Retention: time.Hour, Cron: "@daily'; DROP TABLE journal; --"},
-		{Retention: time.Hour, Table: "Journal"},
-	} {
-		if _, err := BuildTTL(bad); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("BuildTTL(%+v) = %v, want ErrInvalidOptions", bad, err)
-		}
-	}
-}
-
 func TestParseHLC(t *testing.T) {
 	t.Parallel()
 	got, err := ParseHLC("1629813621680097993.0000000000")

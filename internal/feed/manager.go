@@ -236,18 +236,3 @@ func (m *Manager) control(ctx context.Context, what, stmt string) error {
 	m.log.InfoContext(ctx, "changefeed job control", "statement", stmt)
 	return nil
 }
-
-// EnableTTL applies BuildTTL(o).
-func (m *Manager) EnableTTL(ctx context.Context, o TTLOptions) error {
-	stmt, err := BuildTTL(o)
-	if err != nil {
-		return err
-	}
-	if !m.dialect.RowTTL() {
-		return ErrNeedsCockroachDB
-	}
-	if _, err := m.db.Exec(ctx, stmt, simple); err != nil {
-		return fmt.Errorf("enabling row-level TTL: %w", err)
-	}
-	return nil
-}

@@ -37,7 +37,6 @@ func TestManagerOnPostgreSQL(t *testing.T) {
 		"Resume":           func() error { return m.Resume(ctx, 1) },
 		"Cancel":           func() error { return m.Cancel(ctx, 1) },
 		"EnableRangefeeds": func() error { return m.EnableRangefeeds(ctx) },
-		"EnableTTL":        func() error { return m.EnableTTL(ctx, TTLOptions{Retention: time.Hour}) },
 		"ApplyRetention":   func() error { _, err := m.ApplyRetention(ctx, Retention{Journal: time.Hour}); return err },
 	}
 	for name, op := range ops {

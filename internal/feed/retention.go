@@ -40,7 +40,7 @@ func showCreateSQL(table string) string {
 }
 
 // BuildQuarantineTTL returns the ALTER TABLE that expires quarantine rows retention after
-// received_at. Like BuildTTL it converts through UTC, so that no session time zone moves
+// received_at. It converts through UTC, so that no session time zone moves
 // an expiry (CockroachDB itself accepts any expression that is at most stable), and keeps
 // the TTL job's deletes out of changefeeds.
 func BuildQuarantineTTL(retention time.Duration) (string, error) {

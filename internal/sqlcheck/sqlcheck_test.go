@@ -35,7 +35,6 @@ var runtimeSites = map[string]func() []journal.Statement{
 	"internal/feed/Pause":            one("PauseJobSQL", feed.PauseJobSQL(1234)),
 	"internal/feed/Resume":           one("ResumeJobSQL", feed.ResumeJobSQL(1234)),
 	"internal/feed/Cancel":           one("CancelJobSQL", feed.CancelJobSQL(1234)),
-	"internal/feed/EnableTTL":        feedBuildTTL,
 	"internal/feed/ApplyRetention":   feedTTL,
 	"internal/feed/RetentionInForce": feedTTL,
 	"schema/migrateLocked":           nil, // the migrations, checked as their own group
@@ -122,14 +121,6 @@ func feedTTL() []journal.Statement {
 	// ApplyRetention and RetentionInForce (Run's check) read the definitions with it.
 	return append(out, journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE journal]"},
 		journal.Statement{Name: "showCreate", SQL: "SELECT create_statement FROM [SHOW CREATE TABLE quarantine]"})
-}
-
-func feedBuildTTL() []journal.Statement {
-	s, err := feed.BuildTTL(feed.TTLOptions{Retention: 36 * time.Hour, Cron: "0 3 * * *"})
-	if err != nil {
-		panic(err)
-	}
-	return []journal.Statement{{Name: "BuildTTL", SQL: s}}
 }
 
 // productModule is the module whose SQL the test checks; this test's own module (its
